@@ -1,0 +1,67 @@
+//! The one error type of this crate. Being throttled is not an error: it is
+//! the `bool`/[`crate::Reservation`] a call returns.
+
+use nix::errno::Errno;
+
+/// What can go wrong when charging or waiting on a throttler.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ThrottleError {
+    /// The lifetime `limit` was exceeded. The tokens were already charged, as
+    /// in ClickHouse, so the bucket stays consistent.
+    #[error("{message} Maximum: {limit} (throttler `{name}` has counted {count})")]
+    LimitExceeded {
+        /// Throttler name.
+        name: String,
+        /// The configured lifetime limit.
+        limit: u64,
+        /// The lifetime count after this charge.
+        count: u64,
+        /// The configured message (ClickHouse's `limit_exceeded_exception_message`).
+        message: String,
+    },
+    /// The accumulated debt would leave the exact fixed-point range. Nothing
+    /// was charged.
+    #[error("throttler `{name}`: debt would reach {debt_tokens} tokens (max {max_tokens})")]
+    DebtOverflow {
+        /// Throttler name.
+        name: String,
+        /// The debt the charge would have produced, in tokens.
+        debt_tokens: u128,
+        /// The largest debt kept exact, in tokens.
+        max_tokens: u128,
+    },
+    /// The lifetime count would overflow `u64`. Nothing was charged.
+    #[error("throttler `{name}`: lifetime count {count} + {amount} overflows u64")]
+    CountOverflow {
+        /// Throttler name.
+        name: String,
+        /// Count before the charge.
+        count: u64,
+        /// The rejected amount.
+        amount: u64,
+    },
+    /// A rate above the largest exactly representable one.
+    #[error("max_speed {rate} tokens/s exceeds the largest supported rate {max}")]
+    RateTooLarge {
+        /// The rejected rate.
+        rate: u64,
+        /// The largest accepted rate.
+        max: u64,
+    },
+    /// A burst that, at the configured rate, leaves the fixed-point range.
+    #[error("burst of {burst_ns} ns at {rate} tokens/s exceeds the supported range")]
+    BurstTooLarge {
+        /// The rejected burst duration.
+        burst_ns: u64,
+        /// The rate it was combined with.
+        rate: u64,
+    },
+    /// The clock failed while waiting (`clock_nanosleep`/`clock_gettime`).
+    #[error("throttler `{name}`: waiting failed: {errno}")]
+    Wait {
+        /// Throttler name.
+        name: String,
+        /// The error the OS returned.
+        errno: Errno,
+    },
+}

@@ -1,0 +1,60 @@
+//! The CPU-lease hook: how a blocking wait parks the caller's CPU slot.
+//!
+//! This crate knows nothing of slots. The slots crate installs a
+//! [`LeaseHook`] once per process; a blocking wait then parks the calling
+//! thread's lease for the duration of the sleep (ClickHouse's
+//! `CPULeaseParkGuard` around `sleepForNanoseconds`).
+
+use std::sync::OnceLock;
+
+/// Parks and unparks *the calling thread's* CPU lease. Both calls never block.
+pub trait LeaseHook: Send + Sync + 'static {
+    /// Park the calling thread's lease, if it holds one. Returns `true` if it
+    /// parked; then [`LeaseHook::unpark_current`] is called exactly once.
+    fn park_current(&self) -> bool;
+    /// Take the lease back after a successful park (may borrow a slot).
+    fn unpark_current(&self);
+}
+
+static HOOK: OnceLock<&'static dyn LeaseHook> = OnceLock::new();
+
+/// Install the process-wide lease hook. Returns `false` (and changes nothing)
+/// if a hook was already installed.
+pub fn install_lease_hook(hook: &'static dyn LeaseHook) -> bool {
+    HOOK.set(hook).is_ok()
+}
+
+/// Whether a lease hook is installed.
+pub fn lease_hook_installed() -> bool {
+    HOOK.get().is_some()
+}
+
+/// While alive, the calling thread's lease is parked (if it had one).
+#[must_use = "the lease is unparked when this guard drops"]
+#[derive(Debug)]
+pub struct LeaseParked {
+    parked: bool,
+}
+
+impl LeaseParked {
+    /// Whether this guard actually parked a lease.
+    pub fn parked(&self) -> bool {
+        self.parked
+    }
+}
+
+/// Park the calling thread's CPU lease until the returned guard drops.
+pub fn park_current_lease() -> LeaseParked {
+    let parked = HOOK.get().is_some_and(|h| h.park_current());
+    LeaseParked { parked }
+}
+
+impl Drop for LeaseParked {
+    fn drop(&mut self) {
+        if self.parked {
+            if let Some(h) = HOOK.get() {
+                h.unpark_current();
+            }
+        }
+    }
+}

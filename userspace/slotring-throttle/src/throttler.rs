@@ -1,0 +1,469 @@
+//! [`Throttler`]: ClickHouse's `Throttler`, with an exact lock-free bucket.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::bucket::{Bucket, BucketError, MAX_DEBT_NANO};
+use crate::clock::{Clock, MonotonicClock};
+use crate::counters::{Blocked, LiveCounters, ThrottleCounters};
+use crate::error::ThrottleError;
+use crate::sync::{AtomicU64, Ordering};
+use crate::wait::{BlockingWait, WaitStrategy};
+
+/// "Block as long as the deficit requires" (ClickHouse's `unlimited_block_ns`).
+pub const UNLIMITED_BLOCK: Duration = Duration::MAX;
+
+/// A shared throttle (a [`Throttler`], a [`ThrottlerArray`], or your own).
+pub type ThrottlePtr = Arc<dyn Throttle>;
+
+/// The booked outcome of [`Throttle::reserve`]: charge now, wait later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reservation {
+    /// How long after the call the caller may proceed, in ns on the throttlers'
+    /// clocks: the sum of every level's wait, each level charged at the time
+    /// the previous level's wait ends.
+    pub delay_ns: u64,
+    /// Whether any level had to wait.
+    pub blocked: bool,
+}
+
+/// ClickHouse's `IThrottler`.
+pub trait Throttle: Send + Sync + Debug {
+    /// Charge `amount` tokens here and in every ancestor, waiting where a
+    /// bucket is in debt (at most `max_block` per level). Returns whether any
+    /// level waited.
+    fn throttle(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError>;
+
+    /// Charge `amount` tokens that were copied from the OS page cache: a
+    /// throttler that limits a block device skips them and passes them on to
+    /// its parent; every other throttler charges them as usual.
+    fn throttle_page_cache_read(
+        &self,
+        amount: u64,
+        max_block: Duration,
+    ) -> Result<bool, ThrottleError> {
+        self.throttle(amount, max_block)
+    }
+
+    /// Whether some throttler in this chain would skip page-cache reads
+    /// (so that detecting them is worth its cost).
+    fn ignores_page_cache_reads(&self) -> bool {
+        false
+    }
+
+    /// Charge like [`Throttle::throttle`] (or, with `page_cache`, like
+    /// [`Throttle::throttle_page_cache_read`]) but *do not wait*: return the
+    /// total delay instead. `after_ns` is the delay already booked by levels
+    /// below; this level is charged at `now + after_ns`, exactly as if the
+    /// caller had already waited that long. Waits are recorded in the
+    /// counters as booked.
+    fn reserve(
+        &self,
+        amount: u64,
+        max_block: Duration,
+        after_ns: u64,
+        page_cache: bool,
+    ) -> Result<Reservation, ThrottleError>;
+
+    /// Call `f` on every [`Throttler`] in this chain (for statistics export).
+    fn visit(&self, f: &mut dyn FnMut(&Throttler));
+}
+
+/// Builder for [`Throttler`]; see [`Throttler::builder`].
+#[derive(Debug)]
+pub struct ThrottlerBuilder {
+    max_speed: u64,
+    parent: Option<ThrottlePtr>,
+    limit: u64,
+    limit_message: String,
+    burst: Duration,
+    block_device: bool,
+    clock: Option<Arc<dyn Clock>>,
+    wait: Arc<dyn WaitStrategy>,
+    name: String,
+}
+
+impl ThrottlerBuilder {
+    /// Chain to `parent`: every charge here is also charged there.
+    pub fn parent(mut self, parent: ThrottlePtr) -> Self {
+        self.parent = Some(parent);
+        self
+    }
+
+    /// Fail with [`ThrottleError::LimitExceeded`] once the lifetime count
+    /// exceeds `limit` (0 = no limit); `message` starts the error text.
+    pub fn limit(mut self, limit: u64, message: impl Into<String>) -> Self {
+        self.limit = limit;
+        self.limit_message = message.into();
+        self
+    }
+
+    /// The burst as a duration of `max_speed` (default 1 s, ClickHouse's
+    /// `default_burst_seconds`). Kept as a duration so that
+    /// [`Throttler::set_max_speed`] scales it like ClickHouse does.
+    pub fn burst(mut self, burst: Duration) -> Self {
+        self.burst = burst;
+        self
+    }
+
+    /// Mark this throttler as a block-device limit: page-cache reads skip it.
+    pub fn limits_block_device_bandwidth(mut self, yes: bool) -> Self {
+        self.block_device = yes;
+        self
+    }
+
+    /// Use `clock` instead of the shared [`MonotonicClock`].
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Perform waits with `wait` instead of [`BlockingWait`].
+    pub fn wait_strategy(mut self, wait: Arc<dyn WaitStrategy>) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// A name for errors and statistics.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Build the throttler with a full bucket.
+    pub fn build(self) -> Result<Throttler, ThrottleError> {
+        let clock = self.clock.unwrap_or_else(MonotonicClock::shared);
+        let burst_ns = u64::try_from(self.burst.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = Bucket::new(self.max_speed, burst_ns, clock.now_ns())
+            .map_err(|e| map_cfg_err(e, self.max_speed, burst_ns))?;
+        Ok(Throttler {
+            bucket,
+            count: AtomicU64::new(0),
+            live: LiveCounters::default(),
+            limit: self.limit,
+            limit_message: self.limit_message,
+            parent: self.parent,
+            block_device: self.block_device,
+            clock,
+            wait: self.wait,
+            name: self.name,
+        })
+    }
+}
+
+fn map_cfg_err(e: BucketError, rate: u64, burst_ns: u64) -> ThrottleError {
+    match e {
+        BucketError::RateTooLarge => {
+            ThrottleError::RateTooLarge { rate, max: crate::bucket::MAX_RATE }
+        }
+        BucketError::BurstTooLarge | BucketError::Debt(_) => {
+            ThrottleError::BurstTooLarge { burst_ns, rate }
+        }
+    }
+}
+
+/// A token bucket with a one-second burst, a parent chain, a lifetime limit
+/// and page-cache awareness. See the crate docs.
+#[derive(Debug)]
+pub struct Throttler {
+    bucket: Bucket,
+    count: AtomicU64,
+    live: LiveCounters,
+    limit: u64,
+    limit_message: String,
+    parent: Option<ThrottlePtr>,
+    block_device: bool,
+    clock: Arc<dyn Clock>,
+    wait: Arc<dyn WaitStrategy>,
+    name: String,
+}
+
+/// What one level decided, before any waiting.
+struct Decision {
+    wait_ns: u64,
+}
+
+impl Throttler {
+    /// A throttler of `max_speed` tokens/s (0 = unlimited) with defaults.
+    pub fn new(max_speed: u64) -> Result<Self, ThrottleError> {
+        Self::builder(max_speed).build()
+    }
+
+    /// Start building a throttler of `max_speed` tokens/s (0 = unlimited).
+    pub fn builder(max_speed: u64) -> ThrottlerBuilder {
+        ThrottlerBuilder {
+            max_speed,
+            parent: None,
+            limit: 0,
+            limit_message: String::from("Limit exceeded."),
+            burst: Duration::from_secs(1),
+            block_device: false,
+            clock: None,
+            wait: Arc::new(BlockingWait),
+            name: String::from("throttler"),
+        }
+    }
+
+    /// The throttler's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The configured rate, tokens/s (0 = unlimited).
+    pub fn max_speed(&self) -> u64 {
+        self.bucket.rate()
+    }
+
+    /// The burst, as a duration of `max_speed`.
+    pub fn burst(&self) -> Duration {
+        Duration::from_nanos(self.bucket.burst_ns())
+    }
+
+    /// The parent, if any.
+    pub fn parent(&self) -> Option<&ThrottlePtr> {
+        self.parent.as_ref()
+    }
+
+    /// Change the rate at run time, keeping the tokens in the bucket (capped
+    /// at the new burst). 0 makes it unlimited.
+    pub fn set_max_speed(&self, max_speed: u64) -> Result<(), ThrottleError> {
+        self.bucket
+            .set_rate(max_speed, self.clock.now_ns())
+            .map_err(|e| map_cfg_err(e, max_speed, self.bucket.burst_ns()))
+    }
+
+    /// Tokens in the bucket now (capped at the burst), in nano-tokens (10⁻⁹).
+    pub fn tokens_nano(&self) -> i128 {
+        self.bucket.tokens_nano(self.clock.now_ns())
+    }
+
+    /// The lifetime count of charged tokens.
+    pub fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Whether this throttler limits a block device.
+    pub fn limits_block_device_bandwidth(&self) -> bool {
+        self.block_device
+    }
+
+    /// The clock this throttler reads.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// A snapshot of the counters.
+    pub fn counters(&self) -> ThrottleCounters {
+        ThrottleCounters {
+            amount: self.count(),
+            page_cache_amount: self.live.page_cache_amount.load(Ordering::Relaxed),
+            wait_us: self.live.wait_ns.load(Ordering::Relaxed) / 1_000,
+            waits: self.live.waits.load(Ordering::Relaxed),
+            block_count: self.live.block_count.load(Ordering::Relaxed),
+            max_speed: self.max_speed(),
+        }
+    }
+
+    /// Charge this level only, at `now_ns`, and decide the wait (capped by
+    /// `max_block`). Pure: nothing waits here.
+    fn charge_level(
+        &self,
+        amount: u64,
+        max_block: Duration,
+        now_ns: u64,
+    ) -> Result<Decision, ThrottleError> {
+        // Lifetime count first; an overflow charges nothing.
+        let prev = self.count.fetch_add(amount, Ordering::Relaxed);
+        let Some(count) = prev.checked_add(amount) else {
+            self.count.fetch_sub(amount, Ordering::Relaxed);
+            return Err(ThrottleError::CountOverflow { name: self.name.clone(), count: prev, amount });
+        };
+        let charged = match self.bucket.charge(amount, now_ns) {
+            Ok(c) => c,
+            Err(e) => {
+                self.count.fetch_sub(amount, Ordering::Relaxed);
+                return Err(match e {
+                    BucketError::Debt(d) => ThrottleError::DebtOverflow {
+                        name: self.name.clone(),
+                        debt_tokens: BucketError::debt_tokens(d),
+                        max_tokens: BucketError::debt_tokens(MAX_DEBT_NANO),
+                    },
+                    other => map_cfg_err(other, self.max_speed(), self.bucket.burst_ns()),
+                });
+            }
+        };
+        if self.limit != 0 && count > self.limit {
+            return Err(ThrottleError::LimitExceeded {
+                name: self.name.clone(),
+                limit: self.limit,
+                count,
+                message: self.limit_message.clone(),
+            });
+        }
+        let max_block_ns = u64::try_from(max_block.as_nanos()).unwrap_or(u64::MAX);
+        let wait_ns = if max_block_ns > 0 && charged.rate > 0 && charged.tokens_nano < 0 {
+            charged.wait_ns.min(max_block_ns)
+        } else {
+            0
+        };
+        Ok(Decision { wait_ns })
+    }
+
+    /// Wait `wait_ns` from `start_ns` through the wait strategy.
+    fn perform_wait(&self, start_ns: u64, wait_ns: u64) -> Result<(), ThrottleError> {
+        let _blocked = Blocked::new(&self.live.block_count);
+        self.live.record_wait(wait_ns);
+        self.wait
+            .wait_until(self.clock.as_ref(), start_ns.saturating_add(wait_ns))
+            .map_err(|errno| ThrottleError::Wait { name: self.name.clone(), errno })
+    }
+}
+
+impl Throttle for Throttler {
+    fn throttle(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
+        let now = self.clock.now_ns();
+        let d = self.charge_level(amount, max_block, now)?;
+        let block = d.wait_ns > 0;
+        if block {
+            self.perform_wait(now, d.wait_ns)?;
+        }
+        let parent_block = match &self.parent {
+            Some(p) => p.throttle(amount, max_block)?,
+            None => false,
+        };
+        Ok(block || parent_block)
+    }
+
+    fn throttle_page_cache_read(
+        &self,
+        amount: u64,
+        max_block: Duration,
+    ) -> Result<bool, ThrottleError> {
+        if !self.block_device {
+            return self.throttle(amount, max_block);
+        }
+        self.live.page_cache_amount.fetch_add(amount, Ordering::Relaxed);
+        // This throttler does not account the read, but a parent still can.
+        match &self.parent {
+            Some(p) => p.throttle_page_cache_read(amount, max_block),
+            None => Ok(false),
+        }
+    }
+
+    fn ignores_page_cache_reads(&self) -> bool {
+        (self.block_device && self.max_speed() > 0)
+            || self.parent.as_ref().is_some_and(|p| p.ignores_page_cache_reads())
+    }
+
+    fn reserve(
+        &self,
+        amount: u64,
+        max_block: Duration,
+        after_ns: u64,
+        page_cache: bool,
+    ) -> Result<Reservation, ThrottleError> {
+        let mut wait_ns = 0;
+        if page_cache && self.block_device {
+            self.live.page_cache_amount.fetch_add(amount, Ordering::Relaxed);
+        } else {
+            let now = self.clock.now_ns().saturating_add(after_ns);
+            wait_ns = self.charge_level(amount, max_block, now)?.wait_ns;
+            if wait_ns > 0 {
+                self.live.record_wait(wait_ns);
+            }
+        }
+        let here = Reservation { delay_ns: after_ns.saturating_add(wait_ns), blocked: wait_ns > 0 };
+        match &self.parent {
+            Some(p) => {
+                let up = p.reserve(amount, max_block, here.delay_ns, page_cache)?;
+                Ok(Reservation { delay_ns: up.delay_ns, blocked: here.blocked || up.blocked })
+            }
+            None => Ok(here),
+        }
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&Throttler)) {
+        f(self);
+        if let Some(p) = &self.parent {
+            p.visit(f);
+        }
+    }
+}
+
+/// Unrelated limits that must all hold (ClickHouse's `ThrottlerArray`).
+/// Each member is charged in turn and waits for its own deficit, so each
+/// keeps its own rate (waits add up, as in ClickHouse).
+#[derive(Debug, Clone)]
+pub struct ThrottlerArray {
+    members: Vec<ThrottlePtr>,
+}
+
+impl ThrottlerArray {
+    /// An array of `members`.
+    pub fn new(members: Vec<ThrottlePtr>) -> Self {
+        Self { members }
+    }
+
+    /// The members.
+    pub fn members(&self) -> &[ThrottlePtr] {
+        &self.members
+    }
+}
+
+impl Throttle for ThrottlerArray {
+    fn throttle(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
+        let mut result = false;
+        for t in &self.members {
+            result |= t.throttle(amount, max_block)?;
+        }
+        Ok(result)
+    }
+
+    fn throttle_page_cache_read(
+        &self,
+        amount: u64,
+        max_block: Duration,
+    ) -> Result<bool, ThrottleError> {
+        let mut result = false;
+        for t in &self.members {
+            result |= t.throttle_page_cache_read(amount, max_block)?;
+        }
+        Ok(result)
+    }
+
+    fn ignores_page_cache_reads(&self) -> bool {
+        self.members.iter().any(|t| t.ignores_page_cache_reads())
+    }
+
+    fn reserve(
+        &self,
+        amount: u64,
+        max_block: Duration,
+        after_ns: u64,
+        page_cache: bool,
+    ) -> Result<Reservation, ThrottleError> {
+        let mut acc = Reservation { delay_ns: after_ns, blocked: false };
+        for t in &self.members {
+            let r = t.reserve(amount, max_block, acc.delay_ns, page_cache)?;
+            acc = Reservation { delay_ns: r.delay_ns, blocked: acc.blocked || r.blocked };
+        }
+        Ok(acc)
+    }
+
+    fn visit(&self, f: &mut dyn FnMut(&Throttler)) {
+        for t in &self.members {
+            t.visit(f);
+        }
+    }
+}
+
+/// Add `new` to `existing`, combining them into a [`ThrottlerArray`] if both
+/// exist (ClickHouse's `addThrottler`). Neither throttler's hierarchy changes.
+pub fn add_throttler(existing: &mut Option<ThrottlePtr>, new: Option<ThrottlePtr>) {
+    match (existing.take(), new) {
+        (None, n) => *existing = n,
+        (Some(e), None) => *existing = Some(e),
+        (Some(e), Some(n)) => *existing = Some(Arc::new(ThrottlerArray::new(vec![e, n]))),
+    }
+}

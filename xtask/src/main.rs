@@ -1,0 +1,115 @@
+//! `cargo xtask`: one small binary for the project's chores (matklad's xtask).
+//!
+//! * `ci` — everything CI runs: fmt check, clippy with `-D warnings`, the test
+//!   suite, the loom models, and staleness checks of committed generated files.
+//! * `bench <suite>` — run one benchmark suite (ours and baselines side by
+//!   side); it prints a table and writes `target/bench/<suite>.json`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+mod suites;
+
+#[derive(Parser)]
+#[command(about = "slotring project automation")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run every check CI runs (the README's test command).
+    Ci {
+        /// Skip the loom models (they are slow).
+        #[arg(long)]
+        no_loom: bool,
+    },
+    /// Run a benchmark suite: `throttle`, `slots`, `uring`, `bpf`, `e2e`.
+    Bench {
+        /// The suite name.
+        suite: String,
+    },
+    /// Recompile the eBPF objects with clang-19 (`--check`: fail if stale).
+    BuildEbpf {
+        /// Do not write; fail if the committed objects differ from a fresh build.
+        #[arg(long)]
+        check: bool,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    match cli.cmd {
+        Cmd::Ci { no_loom } => ci(&root, no_loom),
+        Cmd::Bench { suite } => bench(&root, &suite),
+        Cmd::BuildEbpf { check } => suites::build_ebpf(&root, check),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+}
+
+/// Run a command in the workspace root, echoing it; fail on a non-zero exit.
+pub(crate) fn run(root: &Path, program: &str, args: &[&str], envs: &[(&str, &str)]) -> Result<()> {
+    eprintln!("$ {program} {}", args.join(" "));
+    let mut cmd = Command::new(program);
+    cmd.args(args).current_dir(root);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let status = cmd.status().with_context(|| format!("spawning {program}"))?;
+    if !status.success() {
+        bail!("`{program} {}` failed: {status}", args.join(" "));
+    }
+    Ok(())
+}
+
+fn ci(root: &Path, no_loom: bool) -> Result<()> {
+    run(root, "cargo", &["fmt", "--all", "--", "--check"], &[])?;
+    suites::ci_generated_checks(root)?;
+    run(
+        root,
+        "cargo",
+        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+        &[],
+    )?;
+    run(root, "cargo", &["test", "--workspace", "--no-fail-fast"], &[])?;
+    if !no_loom {
+        for (pkg, test) in suites::LOOM_MODELS {
+            let target = root.join("target/loom");
+            run(
+                root,
+                "cargo",
+                &["test", "--release", "-p", pkg, "--test", test],
+                &[
+                    ("RUSTFLAGS", "--cfg loom"),
+                    ("LOOM_MAX_PREEMPTIONS", "2"),
+                    ("CARGO_TARGET_DIR", target.to_str().context("utf-8 path")?),
+                ],
+            )?;
+        }
+    }
+    eprintln!("xtask ci: all checks passed");
+    Ok(())
+}
+
+fn bench(root: &Path, suite: &str) -> Result<()> {
+    let Some((pkg, bench)) = suites::BENCHES.iter().find(|(s, _)| *s == suite).map(|(_, pb)| *pb)
+    else {
+        let names: Vec<_> = suites::BENCHES.iter().map(|(s, _)| *s).collect();
+        bail!("unknown bench suite `{suite}`; known: {}", names.join(", "));
+    };
+    let dir = root.join("target/bench");
+    run(
+        root,
+        "cargo",
+        &["bench", "-p", pkg, "--bench", bench],
+        &[("SLOTRING_BENCH_DIR", dir.to_str().context("utf-8 path")?)],
+    )
+}
