@@ -1,22 +1,27 @@
 //! The tables that tie suites, loom models and generated files to crates.
-//! Each later area adds its rows here.
 
 use std::path::Path;
 
 use anyhow::Result;
 
 /// `suite -> (package, bench target)`.
-pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[("throttle", ("slotring-throttle", "throttle"))];
+pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
+    ("throttle", ("slotring-throttle", "throttle")),
+    ("slots", ("slotring-slots", "slots")),
+    ("uring", ("slotring-uring", "uring")),
+    ("bpf", ("slotring-bpf", "bpf")),
+];
 
 /// `(package, integration test)` pairs run with `--cfg loom`.
-pub(crate) const LOOM_MODELS: &[(&str, &str)] = &[("slotring-throttle", "loom")];
+pub(crate) const LOOM_MODELS: &[(&str, &str)] =
+    &[("slotring-throttle", "loom"), ("slotring-slots", "loom")];
 
-/// Checks that committed generated files are fresh (none yet).
-pub(crate) fn ci_generated_checks(_root: &Path) -> Result<()> {
-    Ok(())
+/// Checks that committed generated files are fresh.
+pub(crate) fn ci_generated_checks(root: &Path) -> Result<()> {
+    crate::ebpf::check_fresh(root)
 }
 
 /// Rebuild (or, with `check`, verify) the committed eBPF objects.
-pub(crate) fn build_ebpf(_root: &Path, _check: bool) -> Result<()> {
-    anyhow::bail!("no eBPF programs exist yet")
+pub(crate) fn build_ebpf(root: &Path, check: bool) -> Result<()> {
+    crate::ebpf::build(root, check)
 }
