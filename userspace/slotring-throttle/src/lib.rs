@@ -47,7 +47,10 @@ pub use clock::ManualClock;
 pub use clock::{ClampState, Clock, MonotonicClock, sleep_abs_monotonic};
 pub use counters::ThrottleCounters;
 pub use error::ThrottleError;
-pub use park::{LeaseHook, LeaseParked, install_lease_hook, lease_hook_installed, park_current_lease};
+pub use park::{
+    LeaseHook, LeaseObserver, LeaseParked, LeaseState, install_lease_hook, lease_hook_installed,
+    notify_lease_state, park_current_lease, set_lease_observer,
+};
 pub use throttler::{
     Reservation, Throttle, ThrottlePtr, Throttler, ThrottlerArray, ThrottlerBuilder, UNLIMITED_BLOCK,
     add_throttler,

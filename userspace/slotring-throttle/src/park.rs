@@ -1,4 +1,5 @@
-//! The CPU-lease hook: how a blocking wait parks the caller's CPU slot.
+//! The CPU-lease seam: how a blocking wait parks the caller's CPU slot, and
+//! how lease state changes are observed.
 //!
 //! This crate knows nothing of slots. The slots crate installs a
 //! [`LeaseHook`] once per process; a blocking wait then parks the calling
@@ -56,5 +57,44 @@ impl Drop for LeaseParked {
                 h.unpark_current();
             }
         }
+    }
+}
+
+/// The lease state of a thread, as later layers mirror it (e.g. into a BPF
+/// map that the kernel reads at every context switch).
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseState {
+    /// The thread holds no CPU slot.
+    NotHolding = 0,
+    /// The thread holds a slot and counts against the budget.
+    Running = 1,
+    /// The thread holds a slot but has parked it for a non-CPU wait.
+    Parked = 2,
+}
+
+/// Told about every lease state change, *on the thread whose state changes*.
+///
+/// Implementations must not block and should cost a few nanoseconds (the
+/// BPF mirror does one atomic store into an mmapped map).
+pub trait LeaseObserver: Send + Sync + 'static {
+    /// The calling thread's lease is now in `state`.
+    fn on_lease_state(&self, state: LeaseState);
+}
+
+static OBSERVER: OnceLock<&'static dyn LeaseObserver> = OnceLock::new();
+
+/// Install the process-wide lease observer. Returns `false` (and changes
+/// nothing) if one was already installed.
+pub fn set_lease_observer(observer: &'static dyn LeaseObserver) -> bool {
+    OBSERVER.set(observer).is_ok()
+}
+
+/// Report the calling thread's new lease state to the observer, if any.
+/// Called by the lease implementation (the slots crate).
+#[inline]
+pub fn notify_lease_state(state: LeaseState) {
+    if let Some(o) = OBSERVER.get() {
+        o.on_lease_state(state);
     }
 }
