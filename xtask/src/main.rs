@@ -53,7 +53,10 @@ fn main() -> Result<()> {
 }
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
 }
 
 /// Run a command in the workspace root, echoing it; fail on a non-zero exit.
@@ -64,7 +67,9 @@ pub(crate) fn run(root: &Path, program: &str, args: &[&str], envs: &[(&str, &str
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    let status = cmd.status().with_context(|| format!("spawning {program}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("spawning {program}"))?;
     if !status.success() {
         bail!("`{program} {}` failed: {status}", args.join(" "));
     }
@@ -77,10 +82,22 @@ fn ci(root: &Path, no_loom: bool) -> Result<()> {
     run(
         root,
         "cargo",
-        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
         &[],
     )?;
-    run(root, "cargo", &["test", "--workspace", "--no-fail-fast"], &[])?;
+    run(
+        root,
+        "cargo",
+        &["test", "--workspace", "--no-fail-fast"],
+        &[],
+    )?;
     if !no_loom {
         for (pkg, test) in suites::LOOM_MODELS {
             let target = root.join("target/loom");
@@ -101,7 +118,10 @@ fn ci(root: &Path, no_loom: bool) -> Result<()> {
 }
 
 fn bench(root: &Path, suite: &str) -> Result<()> {
-    let Some((pkg, bench)) = suites::BENCHES.iter().find(|(s, _)| *s == suite).map(|(_, pb)| *pb)
+    let Some((pkg, bench)) = suites::BENCHES
+        .iter()
+        .find(|(s, _)| *s == suite)
+        .map(|(_, pb)| *pb)
     else {
         let names: Vec<_> = suites::BENCHES.iter().map(|(s, _)| *s).collect();
         bail!("unknown bench suite `{suite}`; known: {}", names.join(", "));

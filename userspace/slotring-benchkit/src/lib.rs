@@ -80,7 +80,12 @@ pub struct Report {
 impl Report {
     /// A report for `suite` (the JSON file is `target/bench/<suite>.json`).
     pub fn new(suite: &str) -> Self {
-        Self { suite: suite.to_owned(), values: BTreeMap::new(), notes: BTreeMap::new(), order: vec![] }
+        Self {
+            suite: suite.to_owned(),
+            values: BTreeMap::new(),
+            notes: BTreeMap::new(),
+            order: vec![],
+        }
     }
 
     /// Record `key = value`, with a short human note (unit, baseline, goal).
@@ -100,12 +105,16 @@ impl Report {
     /// Where the JSON goes: `$SLOTRING_BENCH_DIR`, else `bench/` under
     /// `$CARGO_TARGET_DIR` or the workspace `target/`.
     pub fn default_dir() -> PathBuf {
-        std::env::var_os("SLOTRING_BENCH_DIR").map(PathBuf::from).unwrap_or_else(|| {
-            let base = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| {
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target")
-            });
-            base.join("bench")
-        })
+        std::env::var_os("SLOTRING_BENCH_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                let base = std::env::var_os("CARGO_TARGET_DIR")
+                    .map(PathBuf::from)
+                    .unwrap_or_else(|| {
+                        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target")
+                    });
+                base.join("bench")
+            })
     }
 
     /// Print the table and write the JSON to [`Report::default_dir`].
@@ -127,7 +136,8 @@ impl Report {
             .values
             .iter()
             .map(|(k, v)| {
-                let n = serde_json::Number::from_f64(*v).unwrap_or_else(|| serde_json::Number::from(0));
+                let n =
+                    serde_json::Number::from_f64(*v).unwrap_or_else(|| serde_json::Number::from(0));
                 (k.clone(), serde_json::Value::Number(n))
             })
             .collect();

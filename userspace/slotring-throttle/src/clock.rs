@@ -25,6 +25,14 @@ pub trait Clock: Send + Sync + Debug {
     /// Nanoseconds on this clock's timeline.
     fn now_ns(&self) -> u64;
 
+    /// Whether the source itself guarantees the contract (like
+    /// `CLOCK_MONOTONIC_RAW`). When `false`, a throttler clamps every reading
+    /// to the largest one it has seen, as ClickHouse's
+    /// `clock_gettime_ns_adjusted` does.
+    fn never_steps_back(&self) -> bool {
+        false
+    }
+
     /// Block the calling thread until `now_ns() >= deadline_ns`.
     ///
     /// The default translates the remaining time into an absolute
@@ -50,7 +58,11 @@ pub fn sleep_abs_monotonic(remaining_ns: u64) -> Result<(), Errno> {
     let deadline = timespec_ns(start).saturating_add(remaining_ns);
     let ts = TimeSpec::from_duration(std::time::Duration::from_nanos(deadline));
     loop {
-        match clock_nanosleep(ClockId::CLOCK_MONOTONIC, ClockNanosleepFlags::TIMER_ABSTIME, &ts) {
+        match clock_nanosleep(
+            ClockId::CLOCK_MONOTONIC,
+            ClockNanosleepFlags::TIMER_ABSTIME,
+            &ts,
+        ) {
             Ok(_) => return Ok(()),
             Err(Errno::EINTR) => continue,
             Err(e) => return Err(e),
@@ -96,11 +108,18 @@ impl MonotonicClock {
     pub fn shared() -> std::sync::Arc<dyn Clock> {
         static SHARED: std::sync::OnceLock<std::sync::Arc<MonotonicClock>> =
             std::sync::OnceLock::new();
-        SHARED.get_or_init(|| std::sync::Arc::new(MonotonicClock::new())).clone()
+        SHARED
+            .get_or_init(|| std::sync::Arc::new(MonotonicClock::new()))
+            .clone()
     }
 }
 
 impl Clock for MonotonicClock {
+    fn never_steps_back(&self) -> bool {
+        // RAW by the kernel's guarantee; the fallback by its own clamp.
+        true
+    }
+
     fn now_ns(&self) -> u64 {
         if self.raw {
             // The kernel guarantees CLOCK_MONOTONIC_RAW never goes backwards;
@@ -132,7 +151,9 @@ impl Default for ClampState {
 impl ClampState {
     /// A clamp that has seen nothing yet.
     pub fn new() -> Self {
-        Self { last: AtomicU64::new(0) }
+        Self {
+            last: AtomicU64::new(0),
+        }
     }
 
     /// `max(reading, every earlier reading)`.
@@ -145,7 +166,8 @@ impl ClampState {
 /// A clock that only moves when told to; sleeping on it advances it.
 ///
 /// `set_ns` may move it backwards on purpose, to test how callers survive a
-/// clock that breaks the [`Clock`] contract.
+/// stepping clock; it does not claim [`Clock::never_steps_back`], so
+/// throttlers clamp its readings.
 #[cfg(any(feature = "test-util", test, loom))]
 #[derive(Debug, Default)]
 pub struct ManualClock {
@@ -156,12 +178,18 @@ pub struct ManualClock {
 impl ManualClock {
     /// A clock reading `start_ns`.
     pub fn new(start_ns: u64) -> Self {
-        Self { now: AtomicU64::new(start_ns) }
+        Self {
+            now: AtomicU64::new(start_ns),
+        }
     }
 
-    /// Move forward by `ns`.
+    /// Move forward by `ns` (saturating at `u64::MAX`, like every reading).
     pub fn advance(&self, ns: u64) {
-        self.now.fetch_add(ns, Ordering::SeqCst);
+        let _ = self
+            .now
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                Some(v.saturating_add(ns))
+            });
     }
 
     /// Set the reading (may step back).
@@ -212,7 +240,11 @@ mod tests {
         c.sleep_until(50).unwrap();
         assert_eq!(c.now_ns(), 50);
         c.sleep_until(20).unwrap();
-        assert_eq!(c.now_ns(), 50, "sleeping to a past deadline does not move it");
+        assert_eq!(
+            c.now_ns(),
+            50,
+            "sleeping to a past deadline does not move it"
+        );
     }
 
     #[test]
@@ -220,6 +252,9 @@ mod tests {
         let c = MonotonicClock::new();
         let deadline = c.now_ns() + 2_000_000;
         c.sleep_until(deadline).unwrap();
-        assert!(c.now_ns() >= deadline, "an absolute sleep never returns early");
+        assert!(
+            c.now_ns() >= deadline,
+            "an absolute sleep never returns early"
+        );
     }
 }

@@ -20,7 +20,8 @@ pub enum ThrottleError {
         message: String,
     },
     /// The accumulated debt would leave the exact fixed-point range. Nothing
-    /// was charged.
+    /// was charged. (Through [`crate::Throttler`] the lifetime count overflows
+    /// first, since debt ≤ count < 2⁶⁴ tokens; the bucket checks anyway.)
     #[error("throttler `{name}`: debt would reach {debt_tokens} tokens (max {max_tokens})")]
     DebtOverflow {
         /// Throttler name.

@@ -52,10 +52,10 @@ pub fn park_current_lease() -> LeaseParked {
 
 impl Drop for LeaseParked {
     fn drop(&mut self) {
-        if self.parked {
-            if let Some(h) = HOOK.get() {
-                h.unpark_current();
-            }
+        if self.parked
+            && let Some(h) = HOOK.get()
+        {
+            h.unpark_current();
         }
     }
 }

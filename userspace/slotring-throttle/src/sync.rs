@@ -61,3 +61,22 @@ pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub(crate) fn lock<T: ?Sized>(m: &Mutex<T>) -> loom::sync::MutexGuard<'_, T> {
     m.lock().expect("loom mutex")
 }
+
+/// Wait for another thread to finish a short critical step (a rate change
+/// between its two stores). Spins briefly, then yields the CPU so a preempted
+/// writer can run; under loom it always yields so the model can progress.
+#[cfg(not(loom))]
+pub(crate) fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Loom's twin of [`backoff`].
+#[cfg(loom)]
+pub(crate) fn backoff(_spins: &mut u32) {
+    loom::thread::yield_now();
+}

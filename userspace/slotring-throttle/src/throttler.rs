@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bucket::{Bucket, BucketError, MAX_DEBT_NANO};
-use crate::clock::{Clock, MonotonicClock};
+use crate::clock::{ClampState, Clock, MonotonicClock};
 use crate::counters::{Blocked, LiveCounters, ThrottleCounters};
 use crate::error::ThrottleError;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::Ordering;
 use crate::wait::{BlockingWait, WaitStrategy};
 
 /// "Block as long as the deficit requires" (ClickHouse's `unlimited_block_ns`).
@@ -138,8 +138,8 @@ impl ThrottlerBuilder {
         let bucket = Bucket::new(self.max_speed, burst_ns, clock.now_ns())
             .map_err(|e| map_cfg_err(e, self.max_speed, burst_ns))?;
         Ok(Throttler {
+            clamp: (!clock.never_steps_back()).then(ClampState::new),
             bucket,
-            count: AtomicU64::new(0),
             live: LiveCounters::default(),
             limit: self.limit,
             limit_message: self.limit_message,
@@ -154,9 +154,10 @@ impl ThrottlerBuilder {
 
 fn map_cfg_err(e: BucketError, rate: u64, burst_ns: u64) -> ThrottleError {
     match e {
-        BucketError::RateTooLarge => {
-            ThrottleError::RateTooLarge { rate, max: crate::bucket::MAX_RATE }
-        }
+        BucketError::RateTooLarge => ThrottleError::RateTooLarge {
+            rate,
+            max: crate::bucket::MAX_RATE,
+        },
         BucketError::BurstTooLarge | BucketError::Debt(_) => {
             ThrottleError::BurstTooLarge { burst_ns, rate }
         }
@@ -168,13 +169,14 @@ fn map_cfg_err(e: BucketError, rate: u64, burst_ns: u64) -> ThrottleError {
 #[derive(Debug)]
 pub struct Throttler {
     bucket: Bucket,
-    count: AtomicU64,
     live: LiveCounters,
     limit: u64,
     limit_message: String,
     parent: Option<ThrottlePtr>,
     block_device: bool,
     clock: Arc<dyn Clock>,
+    /// Present when the clock may step back: readings are clamped to the max.
+    clamp: Option<ClampState>,
     wait: Arc<dyn WaitStrategy>,
     name: String,
 }
@@ -220,6 +222,16 @@ impl Throttler {
         Duration::from_nanos(self.bucket.burst_ns())
     }
 
+    /// The clock reading this throttler computes with: never less than an
+    /// earlier one (clamped unless the clock guarantees it).
+    fn now(&self) -> u64 {
+        let raw = self.clock.now_ns();
+        match &self.clamp {
+            Some(c) => c.clamp(raw),
+            None => raw,
+        }
+    }
+
     /// The parent, if any.
     pub fn parent(&self) -> Option<&ThrottlePtr> {
         self.parent.as_ref()
@@ -229,18 +241,18 @@ impl Throttler {
     /// at the new burst). 0 makes it unlimited.
     pub fn set_max_speed(&self, max_speed: u64) -> Result<(), ThrottleError> {
         self.bucket
-            .set_rate(max_speed, self.clock.now_ns())
+            .set_rate(max_speed, self.now())
             .map_err(|e| map_cfg_err(e, max_speed, self.bucket.burst_ns()))
     }
 
     /// Tokens in the bucket now (capped at the burst), in nano-tokens (10⁻⁹).
     pub fn tokens_nano(&self) -> i128 {
-        self.bucket.tokens_nano(self.clock.now_ns())
+        self.bucket.tokens_nano(self.now())
     }
 
     /// The lifetime count of charged tokens.
     pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
+        self.bucket.count.load(Ordering::Relaxed)
     }
 
     /// Whether this throttler limits a block device.
@@ -274,15 +286,19 @@ impl Throttler {
         now_ns: u64,
     ) -> Result<Decision, ThrottleError> {
         // Lifetime count first; an overflow charges nothing.
-        let prev = self.count.fetch_add(amount, Ordering::Relaxed);
+        let prev = self.bucket.count.fetch_add(amount, Ordering::Relaxed);
         let Some(count) = prev.checked_add(amount) else {
-            self.count.fetch_sub(amount, Ordering::Relaxed);
-            return Err(ThrottleError::CountOverflow { name: self.name.clone(), count: prev, amount });
+            self.bucket.count.fetch_sub(amount, Ordering::Relaxed);
+            return Err(ThrottleError::CountOverflow {
+                name: self.name.clone(),
+                count: prev,
+                amount,
+            });
         };
         let charged = match self.bucket.charge(amount, now_ns) {
             Ok(c) => c,
             Err(e) => {
-                self.count.fetch_sub(amount, Ordering::Relaxed);
+                self.bucket.count.fetch_sub(amount, Ordering::Relaxed);
                 return Err(match e {
                     BucketError::Debt(d) => ThrottleError::DebtOverflow {
                         name: self.name.clone(),
@@ -316,13 +332,16 @@ impl Throttler {
         self.live.record_wait(wait_ns);
         self.wait
             .wait_until(self.clock.as_ref(), start_ns.saturating_add(wait_ns))
-            .map_err(|errno| ThrottleError::Wait { name: self.name.clone(), errno })
+            .map_err(|errno| ThrottleError::Wait {
+                name: self.name.clone(),
+                errno,
+            })
     }
 }
 
 impl Throttle for Throttler {
     fn throttle(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
-        let now = self.clock.now_ns();
+        let now = self.now();
         let d = self.charge_level(amount, max_block, now)?;
         let block = d.wait_ns > 0;
         if block {
@@ -343,7 +362,9 @@ impl Throttle for Throttler {
         if !self.block_device {
             return self.throttle(amount, max_block);
         }
-        self.live.page_cache_amount.fetch_add(amount, Ordering::Relaxed);
+        self.live
+            .page_cache_amount
+            .fetch_add(amount, Ordering::Relaxed);
         // This throttler does not account the read, but a parent still can.
         match &self.parent {
             Some(p) => p.throttle_page_cache_read(amount, max_block),
@@ -353,7 +374,10 @@ impl Throttle for Throttler {
 
     fn ignores_page_cache_reads(&self) -> bool {
         (self.block_device && self.max_speed() > 0)
-            || self.parent.as_ref().is_some_and(|p| p.ignores_page_cache_reads())
+            || self
+                .parent
+                .as_ref()
+                .is_some_and(|p| p.ignores_page_cache_reads())
     }
 
     fn reserve(
@@ -365,19 +389,27 @@ impl Throttle for Throttler {
     ) -> Result<Reservation, ThrottleError> {
         let mut wait_ns = 0;
         if page_cache && self.block_device {
-            self.live.page_cache_amount.fetch_add(amount, Ordering::Relaxed);
+            self.live
+                .page_cache_amount
+                .fetch_add(amount, Ordering::Relaxed);
         } else {
-            let now = self.clock.now_ns().saturating_add(after_ns);
+            let now = self.now().saturating_add(after_ns);
             wait_ns = self.charge_level(amount, max_block, now)?.wait_ns;
             if wait_ns > 0 {
                 self.live.record_wait(wait_ns);
             }
         }
-        let here = Reservation { delay_ns: after_ns.saturating_add(wait_ns), blocked: wait_ns > 0 };
+        let here = Reservation {
+            delay_ns: after_ns.saturating_add(wait_ns),
+            blocked: wait_ns > 0,
+        };
         match &self.parent {
             Some(p) => {
                 let up = p.reserve(amount, max_block, here.delay_ns, page_cache)?;
-                Ok(Reservation { delay_ns: up.delay_ns, blocked: here.blocked || up.blocked })
+                Ok(Reservation {
+                    delay_ns: up.delay_ns,
+                    blocked: here.blocked || up.blocked,
+                })
             }
             None => Ok(here),
         }
@@ -443,10 +475,16 @@ impl Throttle for ThrottlerArray {
         after_ns: u64,
         page_cache: bool,
     ) -> Result<Reservation, ThrottleError> {
-        let mut acc = Reservation { delay_ns: after_ns, blocked: false };
+        let mut acc = Reservation {
+            delay_ns: after_ns,
+            blocked: false,
+        };
         for t in &self.members {
             let r = t.reserve(amount, max_block, acc.delay_ns, page_cache)?;
-            acc = Reservation { delay_ns: r.delay_ns, blocked: acc.blocked || r.blocked };
+            acc = Reservation {
+                delay_ns: r.delay_ns,
+                blocked: acc.blocked || r.blocked,
+            };
         }
         Ok(acc)
     }
