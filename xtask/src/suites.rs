@@ -10,6 +10,7 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("slots", ("slotring-slots", "slots")),
     ("uring", ("slotring-uring", "uring")),
     ("bpf", ("slotring-bpf", "bpf")),
+    ("e2e", ("slotring", "e2e")),
 ];
 
 /// `(package, integration test)` pairs run with `--cfg loom`.
