@@ -1,0 +1,414 @@
+//! The public wrappers: [`ConcurrencyControl`], [`Allocation`],
+//! [`GrantedAllocation`], [`AcquiredSlot`].
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::SlotsError;
+use crate::core::{AllocShared, Core};
+use crate::counters::{SlotsCounters, UNLIMITED};
+use crate::lease::SlotState;
+use crate::scheduler::Scheduler;
+use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering, lock, take_one};
+
+/// State shared by a control, its allocations and their slots.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) core: Mutex<Core>,
+    /// Statistics bumped by lock-free `try_acquire` (`Relaxed`: independent counts).
+    pub(crate) slots_acquired: AtomicU64,
+    pub(crate) slots_acquired_nc: AtomicU64,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
+        lock(&self.core)
+    }
+}
+
+/// A global budget of CPU slots shared by allocations (ClickHouse's
+/// `ConcurrencyControl`). Cloning yields another handle to the same budget.
+#[derive(Clone)]
+pub struct ConcurrencyControl {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for ConcurrencyControl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyControl")
+            .field("counters", &self.counters())
+            .finish()
+    }
+}
+
+impl Default for ConcurrencyControl {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ConcurrencyControl {
+    /// A new, unlimited budget with the default scheduler (`max_min_fair`).
+    ///
+    /// Also installs this crate's lease hook into `slotring-throttle` (once
+    /// per process), so blocking throttler waits park the caller's lease.
+    pub fn new() -> Self {
+        crate::lease::install_throttle_lease_hook();
+        Self {
+            shared: Arc::new(Shared {
+                core: Mutex::new(Core::new()),
+                slots_acquired: AtomicU64::new(0),
+                slots_acquired_nc: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The process-wide instance (ClickHouse's `ConcurrencyControl::instance()`),
+    /// unlimited until configured.
+    #[cfg(not(loom))]
+    pub fn global() -> &'static ConcurrencyControl {
+        static GLOBAL: std::sync::OnceLock<ConcurrencyControl> = std::sync::OnceLock::new();
+        GLOBAL.get_or_init(ConcurrencyControl::new)
+    }
+
+    /// Set the budget: `0` is clamped to 1, [`UNLIMITED`] allowed. Re-runs
+    /// scheduling, so waiters receive new capacity at once.
+    pub fn set_max_concurrency(&self, value: u64) {
+        self.shared.lock().set_max_concurrency(value);
+    }
+
+    /// The budget ([`UNLIMITED`] when unlimited).
+    pub fn max_concurrency(&self) -> u64 {
+        self.shared.lock().max
+    }
+
+    /// ClickHouse's combination of `concurrent_threads_soft_limit_num` and
+    /// `concurrent_threads_soft_limit_ratio_to_cores` (default ratio 2): the
+    /// smaller of the positive ones, [`UNLIMITED`] if neither is.
+    pub fn max_concurrency_from_settings(num: u64, ratio_to_cores: u64, cores: u64) -> u64 {
+        let mut limit = UNLIMITED;
+        if num > 0 && num < limit {
+            limit = num;
+        }
+        if ratio_to_cores > 0 {
+            let value = ratio_to_cores.saturating_mul(cores);
+            if value > 0 && value < limit {
+                limit = value;
+            }
+        }
+        limit
+    }
+
+    /// Switch the scheduler for new allocations. Existing waiters keep their
+    /// scheduler's list; every scheduling round runs all three lists (active
+    /// last), so none is stranded.
+    pub fn set_scheduler(&self, scheduler: Scheduler) {
+        self.shared.lock().set_scheduler(scheduler);
+    }
+
+    /// The scheduler new allocations use.
+    pub fn scheduler(&self) -> Scheduler {
+        self.shared.lock().scheduler
+    }
+
+    /// `max(1, max_concurrency / (live allocations + 1))`, [`UNLIMITED`] when unlimited.
+    pub fn fair_share(&self) -> u64 {
+        self.shared.lock().fair_share()
+    }
+
+    /// Request between `min` and `max` slots over the allocation's life.
+    ///
+    /// `min` is granted at once (counting against the budget under round
+    /// robin, non-competing under the fair schedulers); then free capacity is
+    /// granted eagerly towards `max`, and the allocation waits for the rest.
+    pub fn allocate(&self, min: u64, max: u64) -> Result<Allocation, SlotsError> {
+        let (id, alloc) = self.shared.lock().allocate(min, max)?;
+        Ok(Allocation {
+            shared: self.shared.clone(),
+            id,
+            alloc,
+        })
+    }
+
+    /// A snapshot of the counters and gauges.
+    pub fn counters(&self) -> SlotsCounters {
+        let core = self.shared.lock();
+        core.snapshot(
+            self.shared.slots_acquired.load(Ordering::Relaxed),
+            self.shared.slots_acquired_nc.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The common interface of [`Allocation`] and [`GrantedAllocation`]
+/// (ClickHouse's `ISlotAllocation`).
+pub trait SlotAllocation: Send + Sync {
+    /// Take one already granted slot, if any. Never blocks.
+    fn try_acquire(&self) -> Option<AcquiredSlot>;
+    /// Take one granted slot, waiting until one is granted.
+    fn acquire(&self) -> Result<AcquiredSlot, SlotsError>;
+    /// Change the max (see [`Allocation::set_max`]).
+    fn set_max(&self, new_max: u64) -> Result<(), SlotsError>;
+    /// Return granted-unacquired slots, stop requesting, wake waiters.
+    fn free(&self);
+    /// Whether the allocation is in a scheduler's waiter list.
+    fn is_requesting(&self) -> bool;
+}
+
+/// A request for slots from a [`ConcurrencyControl`] (one query's slots).
+///
+/// Dropping it frees it: granted-but-unacquired slots return to the budget.
+/// Acquired slots stay valid and may outlive it.
+pub struct Allocation {
+    shared: Arc<Shared>,
+    id: u32,
+    alloc: Arc<AllocShared>,
+}
+
+impl fmt::Debug for Allocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Allocation")
+            .field("id", &self.id)
+            .field("granted", &self.granted())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Allocation {
+    /// Take one granted slot if available (non-competing ones first). Lock-free.
+    pub fn try_acquire(&self) -> Option<AcquiredSlot> {
+        let competing = if take_one(&self.alloc.noncompeting) {
+            self.shared
+                .slots_acquired_nc
+                .fetch_add(1, Ordering::Relaxed);
+            false
+        } else if take_one(&self.alloc.granted) {
+            self.shared.slots_acquired.fetch_add(1, Ordering::Relaxed);
+            true
+        } else {
+            return None;
+        };
+        let slot_id = self.alloc.next_slot_id.fetch_add(1, Ordering::Relaxed);
+        Some(AcquiredSlot {
+            slot_id,
+            state: SlotState::new(Some(self.shared.clone()), competing),
+        })
+    }
+
+    /// Take one granted slot, blocking until one is granted.
+    ///
+    /// Errors: [`SlotsError::Freed`] if the allocation is (or gets) freed;
+    /// [`SlotsError::Exhausted`] if nothing is granted and it is not
+    /// requesting more (it would wait forever).
+    pub fn acquire(&self) -> Result<AcquiredSlot, SlotsError> {
+        self.acquire_inner(None)
+    }
+
+    /// As [`Allocation::acquire`], giving up with [`SlotsError::Timeout`]
+    /// after `timeout`. (Freeing the allocation from another thread cancels
+    /// the wait with [`SlotsError::Freed`].)
+    pub fn acquire_timeout(&self, timeout: Duration) -> Result<AcquiredSlot, SlotsError> {
+        self.acquire_inner(Some(timeout))
+    }
+
+    fn acquire_inner(&self, timeout: Option<Duration>) -> Result<AcquiredSlot, SlotsError> {
+        if let Some(s) = self.try_acquire() {
+            return Ok(s);
+        }
+        let start = Instant::now();
+        let mut core = self.shared.lock();
+        let mut blocked = false;
+        let result = loop {
+            if let Some(s) = self.try_acquire() {
+                break Ok(s);
+            }
+            if core.is_freed(self.id) {
+                break Err(SlotsError::Freed);
+            }
+            if !core.is_requesting(self.id) {
+                let (allocated, max) = core.allocated_and_max(self.id);
+                break Err(SlotsError::Exhausted { allocated, max });
+            }
+            let remaining = match timeout {
+                None => None,
+                Some(t) => match t.checked_sub(start.elapsed()) {
+                    Some(r) if !r.is_zero() => Some(r),
+                    _ => break Err(SlotsError::Timeout { timeout: t }),
+                },
+            };
+            blocked = true;
+            core.blocked_delta(self.id, true);
+            core = match remaining {
+                None => match self.alloc.cv.wait(core) {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                },
+                Some(r) => match self.alloc.cv.wait_timeout(core, r) {
+                    Ok((g, _)) => g,
+                    Err(p) => p.into_inner().0,
+                },
+            };
+            core.blocked_delta(self.id, false);
+        };
+        if blocked {
+            let us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+            core.stats.wait_us = core.stats.wait_us.saturating_add(us);
+        }
+        result
+    }
+
+    /// Change the max number of slots the allocation wants over its life.
+    ///
+    /// Growing past saturation re-enters the waiter list and schedules;
+    /// shrinking stops future grants and reclaims nothing; `set_max(current)`
+    /// is a no-op; growth beyond free capacity counts `slots_delayed` (and
+    /// `queries_delayed` once per allocation). `set_max(0)` is an error.
+    pub fn set_max(&self, new_max: u64) -> Result<(), SlotsError> {
+        self.shared.lock().set_max(self.id, new_max)
+    }
+
+    /// Free the allocation now (dropping it does the same): granted but
+    /// unacquired slots return to the budget, it leaves the waiter list, and
+    /// blocked `acquire` calls return [`SlotsError::Freed`]. Idempotent.
+    pub fn free(&self) {
+        self.shared.lock().free(self.id);
+    }
+
+    /// Whether the allocation is in a scheduler's waiter list (for tests).
+    pub fn is_requesting(&self) -> bool {
+        self.shared.lock().is_requesting(self.id)
+    }
+
+    /// Slots granted but not yet acquired (competing and non-competing).
+    pub fn granted(&self) -> u64 {
+        self.alloc.granted.load(Ordering::Relaxed) + self.alloc.noncompeting.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        self.shared.lock().remove(self.id);
+    }
+}
+
+impl SlotAllocation for Allocation {
+    fn try_acquire(&self) -> Option<AcquiredSlot> {
+        Allocation::try_acquire(self)
+    }
+    fn acquire(&self) -> Result<AcquiredSlot, SlotsError> {
+        Allocation::acquire(self)
+    }
+    fn set_max(&self, new_max: u64) -> Result<(), SlotsError> {
+        Allocation::set_max(self, new_max)
+    }
+    fn free(&self) {
+        Allocation::free(self)
+    }
+    fn is_requesting(&self) -> bool {
+        Allocation::is_requesting(self)
+    }
+}
+
+/// The escape hatch (`use_concurrency_control = 0`): all slots are granted at
+/// creation and nothing is counted anywhere.
+#[derive(Debug)]
+pub struct GrantedAllocation {
+    total: u64,
+    granted: AtomicU64,
+}
+
+impl GrantedAllocation {
+    /// An allocation with `granted` slots, all granted now.
+    pub fn new(granted: u64) -> Self {
+        Self {
+            total: granted,
+            granted: AtomicU64::new(granted),
+        }
+    }
+
+    /// Take one slot if any is left (`slot_id` 0, 1, 2, …).
+    pub fn try_acquire(&self) -> Option<AcquiredSlot> {
+        let mut v = self.granted.load(Ordering::Relaxed);
+        while v > 0 {
+            match self
+                .granted
+                .compare_exchange_weak(v, v - 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    return Some(AcquiredSlot {
+                        slot_id: self.total - v,
+                        state: SlotState::new(None, false),
+                    });
+                }
+                Err(now) => v = now,
+            }
+        }
+        None
+    }
+}
+
+impl SlotAllocation for GrantedAllocation {
+    fn try_acquire(&self) -> Option<AcquiredSlot> {
+        GrantedAllocation::try_acquire(self)
+    }
+    /// Never waits: all slots were granted at creation.
+    fn acquire(&self) -> Result<AcquiredSlot, SlotsError> {
+        self.try_acquire().ok_or(SlotsError::Exhausted {
+            allocated: self.total,
+            max: self.total,
+        })
+    }
+    /// A no-op (the granted count is fixed), except that 0 is rejected.
+    fn set_max(&self, new_max: u64) -> Result<(), SlotsError> {
+        if new_max == 0 {
+            Err(SlotsError::ZeroMax)
+        } else {
+            Ok(())
+        }
+    }
+    fn free(&self) {
+        self.granted.store(0, Ordering::Relaxed);
+    }
+    fn is_requesting(&self) -> bool {
+        false
+    }
+}
+
+/// An acquired slot: held by one thread while it runs (ClickHouse's
+/// `IAcquiredSlot`). Dropping it returns the slot to the global budget (not
+/// to the allocation). It is also a CPU lease: see [`crate::SlotLease`] and
+/// [`AcquiredSlot::make_current`].
+#[must_use = "dropping an acquired slot releases it at once"]
+pub struct AcquiredSlot {
+    slot_id: u64,
+    pub(crate) state: SlotState,
+}
+
+impl fmt::Debug for AcquiredSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcquiredSlot")
+            .field("slot_id", &self.slot_id)
+            .field("competing", &self.state.competing)
+            .field("parked", &self.state.parked)
+            .finish()
+    }
+}
+
+impl AcquiredSlot {
+    /// Unique within its allocation: 0, 1, 2, … in grant order (a query's
+    /// thread number).
+    pub fn slot_id(&self) -> u64 {
+        self.slot_id
+    }
+
+    /// Whether the slot counts against the budget (false for fair schedulers'
+    /// `min` slots and for [`GrantedAllocation`] slots).
+    pub fn is_competing(&self) -> bool {
+        self.state.competing
+    }
+
+    /// Whether the slot is parked.
+    pub fn is_parked(&self) -> bool {
+        self.state.parked
+    }
+}

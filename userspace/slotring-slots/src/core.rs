@@ -1,0 +1,573 @@
+//! The core: one mutex-protected state shared by all three schedulers.
+//!
+//! Everything that touches the budget (`cur`, `max`, `borrowed`), the waiter
+//! lists and the per-allocation bookkeeping runs inside [`Core`]'s methods,
+//! called with the mutex held. Only two things live outside the mutex:
+//! the per-allocation `granted` / `noncompeting` counts that `try_acquire`
+//! takes lock-free (see [`crate::sync::take_one`] for their memory ordering),
+//! and the two `slots_acquired*` statistics.
+//!
+//! Waiter lists:
+//! * round robin and fair round robin: a circular doubly-linked list threaded
+//!   through the allocation slab, with a cursor on the next allocation to
+//!   serve; a new waiter is inserted just before the cursor (ClickHouse's
+//!   `waiters.insert(cur_waiter, …)`), i.e. it is served last in the current
+//!   rotation;
+//! * max-min fair: an ordered set of `(allocated, sequence, id)`; a grant
+//!   removes the first entry and re-inserts it with `allocated + 1`.
+//!
+//! No stranded waiters: [`Core::schedule`] runs all three schedulers on every
+//! call (the active one last) and each loops until its list is empty or the
+//! budget is full. Hence after every operation: `cur < max` ⇒ no waiter in
+//! any list, whichever scheduler each waiter was created under.
+//!
+//! Borrowing: `borrowed ≤ cur.saturating_sub(max)` always (it is clamped after
+//! every decrease of `cur` and every change of `max`), so it drops to 0 when
+//! all slots are released: no capacity is ever lost. The budget invariant
+//! `cur − borrowed ≤ max` holds at every step for allocations of the fair
+//! schedulers while `max` is not lowered: grants require `cur < max`, an
+//! unpark either fits (`cur < max`) or raises `cur` and `borrowed` together,
+//! and a release lowers `cur` by one and `borrowed` by at most one.
+//!
+//! # Memory ordering
+//!
+//! Everything above is guarded by the one mutex, which orders it. The atomics
+//! outside it are pure counts that publish no other data, so all their
+//! operations are `Relaxed`:
+//! * `granted` / `noncompeting` (per allocation): incremented (grant) and
+//!   emptied (`free`) only inside the mutex, decremented lock-free by
+//!   `try_acquire` with a CAS that never goes below zero. Each unit is taken
+//!   by exactly one RMW (single-location coherence), and the slot it becomes
+//!   is later returned inside the mutex; that critical section cannot precede
+//!   the granting one, since the CAS read the grant's write (see
+//!   [`crate::sync::take_one`]). The loom model `free_races_try_acquire`
+//!   checks the take-or-return race.
+//! * `next_slot_id` (per allocation): a `fetch_add`, so ids are unique; in
+//!   grant order up to the interleaving of concurrent acquirers.
+//! * `slots_acquired*` (per control): statistics only.
+
+use std::collections::BTreeSet;
+
+use crate::SlotsError;
+use crate::counters::{SlotsCounters, UNLIMITED};
+use crate::scheduler::Scheduler;
+use crate::sync::{Arc, AtomicU64, Condvar, Ordering};
+
+const NIL: u32 = u32::MAX;
+
+/// The part of an allocation that `try_acquire` reads without the core mutex.
+#[derive(Debug)]
+pub(crate) struct AllocShared {
+    /// Granted competing slots not yet acquired.
+    pub(crate) granted: AtomicU64,
+    /// Non-competing (`min`) slots not yet acquired (fair schedulers).
+    pub(crate) noncompeting: AtomicU64,
+    /// The next `slot_id`.
+    pub(crate) next_slot_id: AtomicU64,
+    /// Blocking `acquire` waits here, on the core mutex.
+    pub(crate) cv: Condvar,
+}
+
+impl AllocShared {
+    fn new(granted: u64, noncompeting: u64) -> Self {
+        Self {
+            granted: AtomicU64::new(granted),
+            noncompeting: AtomicU64::new(noncompeting),
+            next_slot_id: AtomicU64::new(0),
+            cv: Condvar::new(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct AllocState {
+    kind: Scheduler,
+    min: u64,
+    max: u64,
+    /// Competing limit: `max` (round robin) or `max − min` (fair schedulers).
+    limit: u64,
+    /// Competing slots granted over the allocation's life.
+    allocated: u64,
+    seq: u64,
+    query_counted: bool,
+    in_waiters: bool,
+    freed: bool,
+    blocked: u32,
+    prev: u32,
+    next: u32,
+    shared: Arc<AllocShared>,
+}
+
+/// A circular list's cursor (the next allocation to serve) and length.
+#[derive(Debug, Default)]
+struct Ring {
+    cursor: Option<u32>,
+    len: usize,
+}
+
+/// Plain counters kept under the mutex.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    pub(crate) slots_granted: u64,
+    pub(crate) slots_delayed: u64,
+    pub(crate) queries_delayed: u64,
+    pub(crate) wait_us: u64,
+    pub(crate) parks: u64,
+    pub(crate) unparks: u64,
+    pub(crate) unpark_borrows: u64,
+}
+
+/// The state behind the mutex.
+#[derive(Debug)]
+pub(crate) struct Core {
+    pub(crate) max: u64,
+    pub(crate) cur: u64,
+    pub(crate) borrowed: u64,
+    pub(crate) allocations: u64,
+    pub(crate) waiters: u64,
+    pub(crate) parked: u64,
+    pub(crate) scheduler: Scheduler,
+    pub(crate) stats: Stats,
+    slab: Vec<Option<AllocState>>,
+    free_ids: Vec<u32>,
+    rings: [Ring; 2],
+    mmf: BTreeSet<(u64, u64, u32)>,
+    next_seq: u64,
+}
+
+impl Default for Core {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Core {
+    pub(crate) fn new() -> Self {
+        Self {
+            max: UNLIMITED,
+            cur: 0,
+            borrowed: 0,
+            allocations: 0,
+            waiters: 0,
+            parked: 0,
+            scheduler: Scheduler::default(),
+            stats: Stats::default(),
+            slab: Vec::new(),
+            free_ids: Vec::new(),
+            rings: [Ring::default(), Ring::default()],
+            mmf: BTreeSet::new(),
+            next_seq: 0,
+        }
+    }
+
+    /// Free capacity (ClickHouse's `available`).
+    pub(crate) fn available(&self) -> u64 {
+        self.max.saturating_sub(self.cur)
+    }
+
+    fn st(&self, id: u32) -> &AllocState {
+        self.slab[id as usize].as_ref().expect("live allocation id")
+    }
+
+    fn st_mut(&mut self, id: u32) -> &mut AllocState {
+        self.slab[id as usize].as_mut().expect("live allocation id")
+    }
+
+    /// `borrowed` never exceeds the current overshoot.
+    fn clamp_borrowed(&mut self) {
+        self.borrowed = self.borrowed.min(self.cur.saturating_sub(self.max));
+    }
+
+    fn emit_delayed(&mut self, id: u32, wanted: u64) {
+        let available = self.available();
+        if wanted <= available {
+            return;
+        }
+        self.stats.slots_delayed += wanted - available;
+        let st = self.st_mut(id);
+        if !st.query_counted {
+            st.query_counted = true;
+            self.stats.queries_delayed += 1;
+        }
+    }
+
+    // ---- waiter lists --------------------------------------------------
+
+    fn ring_insert(&mut self, r: usize, id: u32) {
+        match self.rings[r].cursor {
+            None => {
+                let st = self.st_mut(id);
+                st.prev = id;
+                st.next = id;
+                self.rings[r].cursor = Some(id);
+            }
+            Some(c) => {
+                let p = self.st(c).prev;
+                self.st_mut(p).next = id;
+                self.st_mut(c).prev = id;
+                let st = self.st_mut(id);
+                st.prev = p;
+                st.next = c;
+            }
+        }
+        self.rings[r].len += 1;
+    }
+
+    fn ring_remove(&mut self, r: usize, id: u32) {
+        let (p, n) = {
+            let st = self.st(id);
+            (st.prev, st.next)
+        };
+        if self.rings[r].len == 1 {
+            self.rings[r].cursor = None;
+        } else {
+            self.st_mut(p).next = n;
+            self.st_mut(n).prev = p;
+            if self.rings[r].cursor == Some(id) {
+                self.rings[r].cursor = Some(n);
+            }
+        }
+        let st = self.st_mut(id);
+        st.prev = NIL;
+        st.next = NIL;
+        self.rings[r].len -= 1;
+    }
+
+    fn add_waiter(&mut self, id: u32) {
+        let (kind, key) = {
+            let st = self.st_mut(id);
+            debug_assert!(!st.in_waiters);
+            st.in_waiters = true;
+            (st.kind, (st.allocated, st.seq, id))
+        };
+        match kind {
+            Scheduler::MaxMinFair => {
+                self.mmf.insert(key);
+            }
+            k => self.ring_insert(k.index(), id),
+        }
+        self.waiters += 1;
+    }
+
+    fn remove_waiter(&mut self, id: u32) {
+        let (kind, key) = {
+            let st = self.st_mut(id);
+            debug_assert!(st.in_waiters);
+            st.in_waiters = false;
+            (st.kind, (st.allocated, st.seq, id))
+        };
+        match kind {
+            Scheduler::MaxMinFair => {
+                let removed = self.mmf.remove(&key);
+                debug_assert!(removed);
+            }
+            k => self.ring_remove(k.index(), id),
+        }
+        self.waiters -= 1;
+    }
+
+    /// Grant one competing slot (already counted in `cur`) to `id`; returns
+    /// whether it still wants more.
+    fn grant(&mut self, id: u32) -> bool {
+        let st = self.st_mut(id);
+        st.allocated += 1;
+        st.shared.granted.fetch_add(1, Ordering::Relaxed);
+        if st.blocked > 0 {
+            st.shared.cv.notify_one();
+        }
+        st.allocated < st.limit
+    }
+
+    /// Run all three schedulers, the active one last.
+    pub(crate) fn schedule(&mut self) {
+        if self.waiters == 0 {
+            return;
+        }
+        let order = match self.scheduler {
+            Scheduler::RoundRobin => [
+                Scheduler::FairRoundRobin,
+                Scheduler::MaxMinFair,
+                Scheduler::RoundRobin,
+            ],
+            Scheduler::FairRoundRobin => [
+                Scheduler::RoundRobin,
+                Scheduler::MaxMinFair,
+                Scheduler::FairRoundRobin,
+            ],
+            Scheduler::MaxMinFair => [
+                Scheduler::RoundRobin,
+                Scheduler::FairRoundRobin,
+                Scheduler::MaxMinFair,
+            ],
+        };
+        for s in order {
+            self.schedule_one(s);
+        }
+    }
+
+    fn schedule_one(&mut self, s: Scheduler) {
+        match s {
+            Scheduler::MaxMinFair => {
+                while self.cur < self.max {
+                    let Some(&key) = self.mmf.first() else { break };
+                    let (allocated, seq, id) = key;
+                    self.cur += 1;
+                    if self.grant(id) {
+                        // Insert the new key before removing the old one, so a
+                        // set of one never frees and reallocates its node.
+                        self.mmf.insert((allocated + 1, seq, id));
+                    } else {
+                        self.st_mut(id).in_waiters = false;
+                        self.waiters -= 1;
+                    }
+                    self.mmf.remove(&key);
+                }
+            }
+            k => {
+                let r = k.index();
+                while self.cur < self.max {
+                    let Some(id) = self.rings[r].cursor else {
+                        break;
+                    };
+                    self.cur += 1;
+                    if self.grant(id) {
+                        self.rings[r].cursor = Some(self.st(id).next);
+                    } else {
+                        self.ring_remove(r, id);
+                        self.st_mut(id).in_waiters = false;
+                        self.waiters -= 1;
+                    }
+                }
+            }
+        }
+    }
+
+    // ---- operations ----------------------------------------------------
+
+    /// `allocate(min, max)` under the active scheduler.
+    pub(crate) fn allocate(
+        &mut self,
+        min: u64,
+        max: u64,
+    ) -> Result<(u32, Arc<AllocShared>), SlotsError> {
+        if min > max {
+            return Err(SlotsError::MinAboveMax { min, max });
+        }
+        let kind = self.scheduler;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.allocations += 1;
+        self.stats.slots_granted += min;
+        let (limit, allocated, granted, noncompeting) = if kind.min_is_non_competing() {
+            (max - min, 0, 0, min)
+        } else {
+            self.cur = self.cur.saturating_add(min);
+            (max, min, min, 0)
+        };
+        let shared = Arc::new(AllocShared::new(granted, noncompeting));
+        let st = AllocState {
+            kind,
+            min,
+            max,
+            limit,
+            allocated,
+            seq,
+            query_counted: false,
+            in_waiters: false,
+            freed: false,
+            blocked: 0,
+            prev: NIL,
+            next: NIL,
+            shared: shared.clone(),
+        };
+        let id = match self.free_ids.pop() {
+            Some(id) => {
+                self.slab[id as usize] = Some(st);
+                id
+            }
+            None => {
+                self.slab.push(Some(st));
+                u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 live allocations")
+            }
+        };
+        if allocated < limit {
+            self.add_waiter(id);
+        }
+        if limit > allocated {
+            self.emit_delayed(id, limit - allocated);
+        }
+        self.schedule();
+        Ok((id, shared))
+    }
+
+    /// `setMax` exactly as the article's contract.
+    pub(crate) fn set_max(&mut self, id: u32, new_max: u64) -> Result<(), SlotsError> {
+        if new_max == 0 {
+            return Err(SlotsError::ZeroMax);
+        }
+        let st = self.st_mut(id);
+        if st.freed {
+            return Err(SlotsError::Freed);
+        }
+        if new_max == st.max {
+            return Ok(());
+        }
+        let new_limit = if st.kind.min_is_non_competing() {
+            new_max.saturating_sub(st.min)
+        } else {
+            new_max
+        };
+        let old_limit = st.limit;
+        let allocated = st.allocated;
+        st.max = new_max;
+        st.limit = new_limit;
+        let was_waiter = allocated < old_limit;
+        let will_be_waiter = allocated < new_limit;
+        debug_assert_eq!(was_waiter, st.in_waiters);
+        let mut need_schedule = false;
+        if !was_waiter && will_be_waiter {
+            self.add_waiter(id);
+            need_schedule = true;
+        } else if was_waiter && !will_be_waiter {
+            self.remove_waiter(id);
+        } else if was_waiter && will_be_waiter && new_limit > old_limit {
+            need_schedule = true;
+        }
+        if new_limit > old_limit {
+            // `allocated > old_limit` is possible after a shrink: never underflow.
+            let baseline = old_limit.max(allocated);
+            if new_limit > baseline {
+                self.emit_delayed(id, new_limit - baseline);
+            }
+        }
+        if need_schedule {
+            self.schedule();
+        }
+        Ok(())
+    }
+
+    /// Cancel the allocation: return granted-unacquired slots, leave the
+    /// waiter list, wake blocked acquirers. Idempotent.
+    pub(crate) fn free(&mut self, id: u32) {
+        let st = self.st_mut(id);
+        if st.freed {
+            return;
+        }
+        st.freed = true;
+        let amount = st.shared.granted.swap(0, Ordering::Relaxed);
+        st.shared.noncompeting.swap(0, Ordering::Relaxed);
+        if st.blocked > 0 {
+            st.shared.cv.notify_all();
+        }
+        let in_waiters = st.in_waiters;
+        self.cur -= amount;
+        self.clamp_borrowed();
+        if in_waiters {
+            self.remove_waiter(id);
+        }
+        self.allocations -= 1;
+        self.schedule();
+    }
+
+    /// Forget the slab entry (after `free`), when the handle drops.
+    pub(crate) fn remove(&mut self, id: u32) {
+        self.free(id);
+        self.slab[id as usize] = None;
+        self.free_ids.push(id);
+    }
+
+    pub(crate) fn is_requesting(&self, id: u32) -> bool {
+        self.st(id).in_waiters
+    }
+
+    pub(crate) fn is_freed(&self, id: u32) -> bool {
+        self.st(id).freed
+    }
+
+    pub(crate) fn allocated_and_max(&self, id: u32) -> (u64, u64) {
+        let st = self.st(id);
+        (st.allocated, st.max)
+    }
+
+    pub(crate) fn blocked_delta(&mut self, id: u32, enter: bool) {
+        let st = self.st_mut(id);
+        if enter {
+            st.blocked += 1;
+        } else {
+            st.blocked -= 1;
+        }
+    }
+
+    pub(crate) fn set_max_concurrency(&mut self, value: u64) {
+        self.max = value.max(1);
+        self.clamp_borrowed();
+        self.schedule();
+    }
+
+    pub(crate) fn set_scheduler(&mut self, s: Scheduler) {
+        self.scheduler = s;
+        self.schedule();
+    }
+
+    pub(crate) fn fair_share(&self) -> u64 {
+        if self.max == UNLIMITED {
+            return UNLIMITED;
+        }
+        (self.max / (self.allocations + 1)).max(1)
+    }
+
+    /// An acquired (non-parked) slot is dropped.
+    pub(crate) fn release(&mut self, competing: bool, parked: bool) {
+        if parked {
+            self.parked -= 1;
+        } else if competing {
+            self.cur -= 1;
+            self.clamp_borrowed();
+            self.schedule();
+        }
+    }
+
+    /// Park an acquired slot: it stops counting; its capacity may be granted.
+    pub(crate) fn park(&mut self, competing: bool) {
+        self.parked += 1;
+        self.stats.parks += 1;
+        if competing {
+            self.cur -= 1;
+            self.clamp_borrowed();
+            self.schedule();
+        }
+    }
+
+    /// Unpark: take the slot back, borrowing if the budget is full.
+    pub(crate) fn unpark(&mut self, competing: bool) {
+        self.parked -= 1;
+        self.stats.unparks += 1;
+        if competing {
+            if self.cur >= self.max {
+                self.borrowed += 1;
+                self.stats.unpark_borrows += 1;
+            }
+            self.cur += 1;
+        }
+    }
+
+    pub(crate) fn snapshot(&self, acquired: u64, acquired_nc: u64) -> SlotsCounters {
+        SlotsCounters {
+            slots_granted: self.stats.slots_granted,
+            slots_delayed: self.stats.slots_delayed,
+            slots_acquired: acquired,
+            slots_acquired_non_competing: acquired_nc,
+            queries_delayed: self.stats.queries_delayed,
+            wait_us: self.stats.wait_us,
+            parks: self.stats.parks,
+            unparks: self.stats.unparks,
+            unpark_borrows: self.stats.unpark_borrows,
+            max_concurrency: self.max,
+            cur_concurrency: self.cur,
+            allocations: self.allocations,
+            waiters: self.waiters,
+            parked: self.parked,
+            borrowed: self.borrowed,
+        }
+    }
+}

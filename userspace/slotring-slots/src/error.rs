@@ -1,0 +1,48 @@
+//! The one error type of this crate. Waiting for a slot is not an error: it
+//! is `None` from `try_acquire` or a blocking `acquire`.
+
+use std::time::Duration;
+
+/// What can go wrong when configuring the budget or using an allocation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotsError {
+    /// A scheduler name other than `round_robin`, `fair_round_robin`, `max_min_fair`.
+    #[error(
+        "unknown CPU slot scheduler `{value}` (expected round_robin, fair_round_robin or max_min_fair)"
+    )]
+    UnknownScheduler {
+        /// The rejected name.
+        value: String,
+    },
+    /// `allocate(min, max)` with `min > max`.
+    #[error("invalid allocation requirements: min {min} > max {max}")]
+    MinAboveMax {
+        /// The requested minimum.
+        min: u64,
+        /// The requested maximum.
+        max: u64,
+    },
+    /// `set_max(0)`: a request for zero slots has no meaning (drop the allocation).
+    #[error("set_max(0): an allocation's max must be at least 1")]
+    ZeroMax,
+    /// The allocation was freed (by `free()` or from another thread while waiting).
+    #[error("the allocation was freed")]
+    Freed,
+    /// `acquire` on an allocation with nothing granted that is not requesting
+    /// more: it would wait forever. Raise its max with `set_max` first.
+    #[error(
+        "allocation has no granted slot and is not requesting (allocated {allocated} of {max})"
+    )]
+    Exhausted {
+        /// Slots granted to the allocation over its life (counting ones).
+        allocated: u64,
+        /// Its current max.
+        max: u64,
+    },
+    /// `acquire_timeout` gave up.
+    #[error("no slot was granted within {timeout:?}")]
+    Timeout {
+        /// The timeout that expired.
+        timeout: Duration,
+    },
+}

@@ -1,0 +1,333 @@
+//! CPU leases: every acquired slot can be parked during a non-CPU wait.
+//!
+//! **Beyond ClickHouse** (where only workload-scheduler leases park), every
+//! acquired [`crate::ConcurrencyControl`] slot is a lease:
+//!
+//! * [`SlotLease::park`] never blocks. A parked competing slot stops counting
+//!   against `max_concurrency` and its capacity is offered to waiters at once.
+//! * [`SlotLease::unpark`] never blocks. It takes the slot back even when the
+//!   budget is full; that overshoot is a *borrow* (`borrowed` gauge,
+//!   `unpark_borrows` counter), repaid by withholding the next released
+//!   capacity (see the invariants in the `core` module docs:
+//!   `cur − borrowed ≤ max` for the fair schedulers, `borrowed` ≤ overshoot,
+//!   so it is 0 whenever everything is released and no capacity is lost).
+//! * Non-competing slots (fair schedulers' `min`) park too (the thread's state
+//!   is tracked and `parks`/`parked` count them) but move no capacity.
+//! * [`crate::GrantedAllocation`] slots count nothing and never park.
+//!
+//! Park and unpark take the core mutex: a park must hand its capacity to a
+//! waiter atomically with uncounting it, and an unpark must decide between
+//! "fits" and "borrows" against the same count. Uncontended, that is one
+//! futex-free lock/unlock each (see `park_unpark_ns` in the `slots` bench).
+//!
+//! # The thread's current lease
+//!
+//! [`AcquiredSlot::make_current`] makes a slot the calling thread's current
+//! lease until the returned [`CurrentLease`] guard drops (guards nest, like a
+//! stack). While current, the lease's state lives in a thread-local, so a
+//! leaked guard (`mem::forget`) cannot double-count: the slot is released
+//! when the thread exits. [`CpuLeaseParkGuard`] parks the current lease for a
+//! scope, nesting-safely: only the outermost guard parks, and it unparks only
+//! if its park succeeded. The `slotring-throttle` lease hook goes through the
+//! same guard, so a blocking throttler wait parks the caller's lease.
+//!
+//! Every state change of the current lease is reported, on the thread
+//! concerned, through [`slotring_throttle::notify_lease_state`]: `Running`
+//! when a slot becomes current or is unparked, `Parked` on a successful park,
+//! `NotHolding` when the current lease is cleared (or the state of the lease
+//! that becomes current again when guards nest).
+
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+
+use slotring_throttle::{LeaseHook, LeaseState, notify_lease_state};
+
+use crate::control::{AcquiredSlot, Shared};
+use crate::sync::Arc;
+
+/// A CPU lease that a thread can park during a non-CPU wait (ClickHouse's
+/// `ISlotLease`).
+pub trait SlotLease {
+    /// Park the lease. Never waits for capacity (it holds the core mutex for
+    /// a few instructions). Returns `true` if it parked; then
+    /// [`SlotLease::unpark`] must be called once.
+    fn park(&mut self) -> bool;
+    /// Take the lease back after a successful park. Never waits for
+    /// capacity: borrows a slot if the budget is full. A no-op if not parked.
+    fn unpark(&mut self);
+}
+
+/// The accounting half of an acquired slot.
+#[derive(Debug, Default)]
+pub(crate) struct SlotState {
+    pub(crate) shared: Option<Arc<Shared>>,
+    pub(crate) competing: bool,
+    pub(crate) parked: bool,
+}
+
+impl SlotState {
+    pub(crate) fn new(shared: Option<Arc<Shared>>, competing: bool) -> Self {
+        Self {
+            shared,
+            competing,
+            parked: false,
+        }
+    }
+
+    fn park(&mut self) -> bool {
+        let Some(shared) = &self.shared else {
+            return false;
+        };
+        if self.parked {
+            return false;
+        }
+        shared.lock().park(self.competing);
+        self.parked = true;
+        true
+    }
+
+    fn unpark(&mut self) {
+        let Some(shared) = &self.shared else { return };
+        if !self.parked {
+            return;
+        }
+        shared.lock().unpark(self.competing);
+        self.parked = false;
+    }
+
+    fn lease_state(&self) -> LeaseState {
+        if self.parked {
+            LeaseState::Parked
+        } else {
+            LeaseState::Running
+        }
+    }
+}
+
+impl Drop for SlotState {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.take() {
+            shared.lock().release(self.competing, self.parked);
+        }
+    }
+}
+
+impl SlotLease for AcquiredSlot {
+    fn park(&mut self) -> bool {
+        self.state.park()
+    }
+    fn unpark(&mut self) {
+        self.state.unpark()
+    }
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    /// The stack of current leases; the last is the thread's current lease.
+    static LEASES: RefCell<Vec<SlotState>> = const { RefCell::new(Vec::new()) };
+    /// Active `CpuLeaseParkGuard` scopes on this thread that found a lease.
+    static PARK_DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// Guards opened by the `slotring-throttle` hook, closed by its unpark.
+    static HOOK_GUARDS: RefCell<Vec<CpuLeaseParkGuard>> = const { RefCell::new(Vec::new()) };
+}
+
+// loom's `thread_local!` takes no `const` initialisers; otherwise identical.
+#[cfg(loom)]
+loom::thread_local! {
+    static LEASES: RefCell<Vec<SlotState>> = RefCell::new(Vec::new());
+    static PARK_DEPTH: Cell<usize> = Cell::new(0);
+    static HOOK_GUARDS: RefCell<Vec<CpuLeaseParkGuard>> = RefCell::new(Vec::new());
+}
+
+/// The calling thread's current lease state.
+pub fn current_lease_state() -> LeaseState {
+    LEASES.with(|l| {
+        l.borrow()
+            .last()
+            .map_or(LeaseState::NotHolding, SlotState::lease_state)
+    })
+}
+
+impl AcquiredSlot {
+    /// Make this slot the calling thread's current CPU lease until the guard
+    /// drops. Reports `Running` (or `Parked` if the slot is parked) to the
+    /// lease observer — for every held slot, including non-competing and
+    /// [`crate::GrantedAllocation`] ones: the thread is a slot-holding worker; the guard's drop reports `NotHolding` (or the state of
+    /// the previous current lease). While current, park it through
+    /// [`CpuLeaseParkGuard`] (or any blocking `slotring-throttle` wait).
+    pub fn make_current(&mut self) -> CurrentLease<'_> {
+        install_throttle_lease_hook();
+        let state = std::mem::take(&mut self.state);
+        let competing = state.competing;
+        let ls = state.lease_state();
+        let index = LEASES.with(|l| {
+            let mut l = l.borrow_mut();
+            l.push(state);
+            l.len() - 1
+        });
+        // Keep the slot's `competing` flag readable while the state is away.
+        self.state.competing = competing;
+        notify_lease_state(ls);
+        CurrentLease {
+            slot: self,
+            index,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+/// While alive, its slot is the thread's current CPU lease. `!Send`.
+#[must_use = "the slot stops being the current lease when this guard drops"]
+#[derive(Debug)]
+pub struct CurrentLease<'a> {
+    slot: &'a mut AcquiredSlot,
+    index: usize,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl CurrentLease<'_> {
+    /// The current slot's id.
+    pub fn slot_id(&self) -> u64 {
+        self.slot.slot_id()
+    }
+}
+
+impl Drop for CurrentLease<'_> {
+    fn drop(&mut self) {
+        let (mine, leaked, now) = LEASES.with(|l| {
+            let mut l = l.borrow_mut();
+            // Leases made current after ours whose guards were leaked.
+            let leaked = if l.len() > self.index + 1 {
+                l.split_off(self.index + 1)
+            } else {
+                vec![]
+            };
+            let mine = l.pop();
+            let now = l
+                .last()
+                .map_or(LeaseState::NotHolding, SlotState::lease_state);
+            (mine, leaked, now)
+        });
+        drop(leaked);
+        if let Some(mine) = mine {
+            self.slot.state = mine;
+        }
+        notify_lease_state(now);
+    }
+}
+
+/// Parks the thread's current lease for a scope (ClickHouse's
+/// `CPULeaseParkGuard`). Nesting-safe: only the outermost guard parks, and it
+/// unparks on drop only if its park succeeded. Without a current lease it
+/// does nothing. `!Send`.
+#[must_use = "the lease is unparked when this guard drops"]
+#[derive(Debug)]
+pub struct CpuLeaseParkGuard {
+    active: bool,
+    parked: bool,
+    index: usize,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Default for CpuLeaseParkGuard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CpuLeaseParkGuard {
+    /// Park the current lease if this is the outermost guard.
+    pub fn new() -> Self {
+        let top = LEASES.with(|l| l.borrow().len().checked_sub(1));
+        let Some(index) = top else {
+            return Self {
+                active: false,
+                parked: false,
+                index: 0,
+                _not_send: PhantomData,
+            };
+        };
+        let depth = PARK_DEPTH.with(Cell::get);
+        let parked = depth == 0 && LEASES.with(|l| l.borrow_mut()[index].park());
+        PARK_DEPTH.with(|d| d.set(depth + 1));
+        if parked {
+            notify_lease_state(LeaseState::Parked);
+        }
+        Self {
+            active: true,
+            parked,
+            index,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Whether this guard parked the lease.
+    pub fn parked(&self) -> bool {
+        self.parked
+    }
+}
+
+impl Drop for CpuLeaseParkGuard {
+    fn drop(&mut self) {
+        if !self.active {
+            return;
+        }
+        // `try_with`: a guard kept in `HOOK_GUARDS` may drop while the
+        // thread's locals are being destroyed; then there is nothing to undo.
+        let _ = PARK_DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
+        if self.parked {
+            // If the lease stopped being current in between (guards dropped
+            // out of order), it stays parked: its drop accounts for that.
+            let (unparked, is_top) = LEASES
+                .try_with(|l| {
+                    let mut l = l.borrow_mut();
+                    let len = l.len();
+                    match l.get_mut(self.index) {
+                        Some(s) => {
+                            s.unpark();
+                            (true, self.index + 1 == len)
+                        }
+                        None => (false, false),
+                    }
+                })
+                .unwrap_or((false, false));
+            if unparked && is_top {
+                notify_lease_state(LeaseState::Running);
+            }
+        }
+    }
+}
+
+/// The [`LeaseHook`] this crate installs into `slotring-throttle`.
+#[derive(Debug)]
+struct ThrottleHook;
+
+impl LeaseHook for ThrottleHook {
+    fn park_current(&self) -> bool {
+        let g = CpuLeaseParkGuard::new();
+        if g.parked() {
+            HOOK_GUARDS.with(|h| h.borrow_mut().push(g));
+            true
+        } else {
+            // Dropping it undoes its depth bump; nothing to unpark.
+            drop(g);
+            false
+        }
+    }
+
+    fn unpark_current(&self) {
+        let g = HOOK_GUARDS.with(|h| h.borrow_mut().pop());
+        drop(g);
+    }
+}
+
+static HOOK: ThrottleHook = ThrottleHook;
+
+/// Install this crate's lease hook into `slotring-throttle` (idempotent; also
+/// done by [`crate::ConcurrencyControl::new`] and
+/// [`AcquiredSlot::make_current`]). Returns whether our hook is the one
+/// installed (false if another hook got there first).
+pub fn install_throttle_lease_hook() -> bool {
+    static OURS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OURS.get_or_init(|| slotring_throttle::install_lease_hook(&HOOK))
+}
