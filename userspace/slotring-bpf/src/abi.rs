@@ -1,0 +1,471 @@
+//! Rust mirrors of the structs in `ebpf/slotring.h` (the only C definition).
+//!
+//! Every mirror is `#[repr(C)]` and made of 64-bit words (or a 32-byte name),
+//! so it has no padding. [`AbiStruct::layout`] lists each field's offset and
+//! size; the `abi_matches_btf` test compares it with the BTF of the committed
+//! object, so a change on one side fails until the other follows.
+//!
+//! Values move between Rust and map memory as sequences of `u64` words
+//! ([`AbiStruct::to_words`] / [`AbiStruct::from_words`]), each word stored or
+//! loaded atomically: no unsafe transmutes.
+
+use std::mem::{offset_of, size_of};
+
+/// Registered threads per loaded instance (`SLOTRING_MAX_THREADS`).
+pub const MAX_THREADS: u32 = 1024;
+/// exp2 histogram buckets (`SLOTRING_HIST_SLOTS`).
+pub const HIST_SLOTS: usize = 40;
+/// Named entries in the `throttle` map (`SLOTRING_MAX_THROTTLERS`).
+pub const MAX_THROTTLERS: u32 = 64;
+/// Bytes in a throttler name, NUL padded (`SLOTRING_NAME_LEN`).
+pub const NAME_LEN: usize = 32;
+/// Lease states (`SLOTRING_LEASE_STATES`), indexed by `LeaseState as usize`.
+pub const LEASE_STATES: usize = 3;
+
+/// One field of a mirrored struct.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldLayout {
+    /// The field name, equal to the C member name.
+    pub name: &'static str,
+    /// Byte offset in the struct.
+    pub offset: usize,
+    /// Size in bytes.
+    pub size: usize,
+}
+
+/// A value stored as a fixed number of little-endian `u64` words.
+pub trait Words: Sized {
+    /// How many words the value takes.
+    const WORDS: usize;
+    /// Decode from exactly `WORDS` words.
+    fn read(words: &[u64]) -> Self;
+    /// Append the encoding to `out`.
+    fn write(&self, out: &mut Vec<u64>);
+}
+
+impl Words for u64 {
+    const WORDS: usize = 1;
+    fn read(words: &[u64]) -> Self {
+        words[0]
+    }
+    fn write(&self, out: &mut Vec<u64>) {
+        out.push(*self);
+    }
+}
+
+impl<const N: usize> Words for [u64; N] {
+    const WORDS: usize = N;
+    fn read(words: &[u64]) -> Self {
+        std::array::from_fn(|i| words[i])
+    }
+    fn write(&self, out: &mut Vec<u64>) {
+        out.extend_from_slice(self);
+    }
+}
+
+impl Words for [u8; NAME_LEN] {
+    const WORDS: usize = NAME_LEN / 8;
+    fn read(words: &[u64]) -> Self {
+        let mut b = [0u8; NAME_LEN];
+        for (i, w) in words[..Self::WORDS].iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+    fn write(&self, out: &mut Vec<u64>) {
+        for chunk in self.chunks_exact(8) {
+            out.push(u64::from_le_bytes(chunk.try_into().expect("8-byte chunk")));
+        }
+    }
+}
+
+/// A struct shared with the BPF object.
+pub trait AbiStruct: Sized {
+    /// The C struct name in `slotring.h`.
+    const C_NAME: &'static str;
+    /// Size in `u64` words.
+    const WORDS: usize;
+    /// Field offsets and sizes, in declaration order.
+    fn layout() -> Vec<FieldLayout>;
+    /// Decode from exactly `WORDS` words.
+    fn from_words(words: &[u64]) -> Self;
+    /// Encode into `WORDS` words.
+    fn to_words(&self) -> Vec<u64>;
+}
+
+macro_rules! abi_struct {
+    (
+        $(#[$meta:meta])*
+        $name:ident = $cname:literal {
+            $( $(#[$fmeta:meta])* $field:ident : $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub struct $name {
+            $( $(#[$fmeta])* pub $field: $ty, )*
+        }
+
+        impl AbiStruct for $name {
+            const C_NAME: &'static str = $cname;
+            const WORDS: usize = size_of::<$name>() / 8;
+            fn layout() -> Vec<FieldLayout> {
+                vec![$(FieldLayout {
+                    name: stringify!($field),
+                    offset: offset_of!($name, $field),
+                    size: size_of::<$ty>(),
+                }),*]
+            }
+            #[allow(unused_assignments, reason = "the last field's cursor update is unused")]
+            fn from_words(words: &[u64]) -> Self {
+                let mut at = 0;
+                $(
+                    let $field = <$ty as Words>::read(&words[at..at + <$ty as Words>::WORDS]);
+                    at += <$ty as Words>::WORDS;
+                )*
+                Self { $($field),* }
+            }
+            fn to_words(&self) -> Vec<u64> {
+                let mut out = Vec::with_capacity(Self::WORDS);
+                $( Words::write(&self.$field, &mut out); )*
+                out
+            }
+        }
+
+        impl Default for $name {
+            fn default() -> Self {
+                Self::from_words(&[0; size_of::<$name>() / 8])
+            }
+        }
+    };
+}
+
+abi_struct! {
+    /// `struct lease_clock`: a lease state, when it began, and the wall time
+    /// spent in each state before that.
+    LeaseClock = "lease_clock" {
+        /// Current `LeaseState` as a number.
+        state: u64,
+        /// CLOCK_MONOTONIC ns of the last state change.
+        since_ns: u64,
+        /// Wall ns spent in each state up to `since_ns`.
+        state_ns: [u64; LEASE_STATES],
+    }
+}
+
+impl Words for [LeaseClock; 2] {
+    const WORDS: usize = 2 * LeaseClock::WORDS;
+    fn read(words: &[u64]) -> Self {
+        let w = LeaseClock::WORDS;
+        [
+            LeaseClock::from_words(&words[..w]),
+            LeaseClock::from_words(&words[w..2 * w]),
+        ]
+    }
+    fn write(&self, out: &mut Vec<u64>) {
+        for c in self {
+            out.extend(c.to_words());
+        }
+    }
+}
+
+abi_struct! {
+    /// `struct lease_slot`: one thread's lease state, written only by that
+    /// thread; the clock is double-buffered (`clk[active]` is current).
+    LeaseSlot = "lease_slot" {
+        /// Owner thread id, stored last at registration (0 = free or exited).
+        tid: u64,
+        /// Which `clk` is current (0 or 1).
+        active: u64,
+        /// Transitions into `Parked`.
+        parks: u64,
+        /// Transitions out of `Parked`.
+        unparks: u64,
+        /// The two clock buffers.
+        clk: [LeaseClock; 2],
+    }
+}
+
+impl LeaseSlot {
+    /// The current clock.
+    pub fn clock(&self) -> &LeaseClock {
+        &self.clk[(self.active & 1) as usize]
+    }
+}
+
+impl LeaseClock {
+    /// Wall ns spent in `state` up to `now` (CLOCK_MONOTONIC).
+    pub fn time_in(&self, state: usize, now: u64) -> u64 {
+        let open = if self.state == state as u64 {
+            now.saturating_sub(self.since_ns)
+        } else {
+            0
+        };
+        self.state_ns[state] + open
+    }
+}
+
+abi_struct! {
+    /// `struct thread_acct`: what the kernel saw of one registered thread.
+    ThreadAcct = "thread_acct" {
+        /// Thread id.
+        tid: u64,
+        /// On-CPU ns per lease state (exact, from `se.sum_exec_runtime`).
+        on_cpu_ns: [u64; LEASE_STATES],
+        /// Run-queue ns per lease state (exact, from `sched_info.run_delay`).
+        runq_ns: [u64; LEASE_STATES],
+        /// Switch-outs per lease state.
+        switches: [u64; LEASE_STATES],
+        /// Switch-outs while still runnable, per lease state.
+        preemptions: [u64; LEASE_STATES],
+        /// Wake-ups per lease state.
+        wakeups: [u64; LEASE_STATES],
+        /// Switch-ins after a wake-up while parked.
+        unpark_wakeups: u64,
+        /// Sum of wake-up to switch-in latency of those, ns.
+        unpark_lat_ns: u64,
+        /// Largest such latency, ns.
+        unpark_lat_max_ns: u64,
+        /// Arrivals on a CPU (`sched_info.pcount`) that BPF never saw.
+        missed_switch_in: u64,
+        /// Switch-outs BPF never saw.
+        missed_switch_out: u64,
+        /// Switch events handled.
+        events: u64,
+        /// BPF private: `se.sum_exec_runtime` at the last switch-out.
+        snap_exec_ns: u64,
+        /// BPF private: `sched_info.run_delay` at the last switch-out.
+        snap_run_delay: u64,
+        /// BPF private: `sched_info.pcount` at the last switch-out.
+        snap_pcount: u64,
+        /// BPF private: switch-ins seen since the last switch-out.
+        ins_since_out: u64,
+        /// BPF private: 1 while on CPU.
+        on_cpu: u64,
+        /// BPF private: lease state at switch-in.
+        in_state: u64,
+        /// BPF private: time of switch-in.
+        in_ts: u64,
+        /// BPF private: lease clock at switch-in.
+        in_state_ns: [u64; LEASE_STATES],
+        /// BPF private: time of the last wake-up while parked.
+        wake_ts: u64,
+        /// BPF private: on-CPU ns in the current parked episode.
+        park_cpu_ns: u64,
+        /// BPF private: baseline taken.
+        initialized: u64,
+    }
+}
+
+abi_struct! {
+    /// `struct hist`: an exp2 histogram; bucket 0 counts zeros, bucket
+    /// `i >= 1` counts values in `[2^(i-1), 2^i)` ns (the last takes the rest).
+    Hist = "hist" {
+        /// The buckets.
+        slots: [u64; HIST_SLOTS],
+    }
+}
+
+abi_struct! {
+    /// `struct throttle_stats`: one named throttler's counters
+    /// (`slotring_throttle::ThrottleCounters` plus a name).
+    ThrottleStats = "throttle_stats" {
+        /// NUL-padded name.
+        name: [u8; NAME_LEN],
+        /// Tokens charged.
+        amount: u64,
+        /// Page-cache tokens not charged.
+        page_cache_amount: u64,
+        /// Total wait, µs.
+        wait_us: u64,
+        /// Number of waits.
+        waits: u64,
+        /// Threads blocked now.
+        block_count: u64,
+        /// Configured rate, tokens/s (0 = unlimited).
+        max_speed: u64,
+    }
+}
+
+abi_struct! {
+    /// `struct slots_stats` (the field list of `slotring_slots::SlotsCounters`).
+    SlotStats = "slots_stats" {
+        /// Slots granted.
+        slots_granted: u64,
+        /// Slot grants that had to wait.
+        slots_delayed: u64,
+        /// Slots acquired.
+        slots_acquired: u64,
+        /// Slots acquired without competition.
+        slots_acquired_non_competing: u64,
+        /// Queries delayed.
+        queries_delayed: u64,
+        /// Total wait, µs.
+        wait_us: u64,
+        /// Lease parks.
+        parks: u64,
+        /// Lease unparks.
+        unparks: u64,
+        /// Unparks that borrowed a slot.
+        unpark_borrows: u64,
+        /// Concurrency limit.
+        max_concurrency: u64,
+        /// Current concurrency.
+        cur_concurrency: u64,
+        /// Allocations.
+        allocations: u64,
+        /// Waiters now.
+        waiters: u64,
+        /// Parked leases now.
+        parked: u64,
+        /// Borrowed slots now.
+        borrowed: u64,
+    }
+}
+
+abi_struct! {
+    /// `struct uring_stats` (the field list of `slotring_uring::UringCounters`).
+    UringStats = "uring_stats" {
+        /// Reads.
+        reads: u64,
+        /// Writes.
+        writes: u64,
+        /// Bytes read.
+        read_bytes: u64,
+        /// Bytes written.
+        write_bytes: u64,
+        /// Reads served from the page cache.
+        page_cache_hits: u64,
+        /// Bytes served from the page cache.
+        page_cache_bytes: u64,
+        /// RWF_NOWAIT misses.
+        nowait_misses: u64,
+        /// cachestat checks.
+        cachestat_checks: u64,
+        /// Timeout waits submitted.
+        waits_submitted: u64,
+        /// Total wait, µs.
+        wait_us: u64,
+        /// Cancellations.
+        cancellations: u64,
+        /// Resubmissions.
+        resubmits: u64,
+        /// Short reads.
+        short_reads: u64,
+        /// Submission queue full.
+        sq_full: u64,
+        /// Completion queue overflows.
+        cq_overflows: u64,
+    }
+}
+
+impl ThrottleStats {
+    /// A named entry from a throttler's counter snapshot. Names longer than
+    /// 31 bytes are cut (the C side keeps a terminating NUL).
+    pub fn new(name: &str, c: &slotring_throttle::ThrottleCounters) -> Self {
+        let mut n = [0u8; NAME_LEN];
+        let bytes = name.as_bytes();
+        let len = bytes.len().min(NAME_LEN - 1);
+        n[..len].copy_from_slice(&bytes[..len]);
+        Self {
+            name: n,
+            amount: c.amount,
+            page_cache_amount: c.page_cache_amount,
+            wait_us: c.wait_us,
+            waits: c.waits,
+            block_count: c.block_count,
+            max_speed: c.max_speed,
+        }
+    }
+
+    /// The name up to the first NUL.
+    pub fn name_str(&self) -> String {
+        let end = self.name.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
+        String::from_utf8_lossy(&self.name[..end]).into_owned()
+    }
+}
+
+impl Hist {
+    /// Total count over all buckets.
+    pub fn total(&self) -> u64 {
+        self.slots.iter().sum()
+    }
+
+    /// `(low_ns, high_ns_exclusive, count)` of every non-empty bucket.
+    pub fn buckets(&self) -> Vec<(u64, u64, u64)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, c)| match i {
+                0 => (0, 1, *c),
+                _ => (
+                    1u64 << (i - 1),
+                    1u64.checked_shl(i as u32).unwrap_or(u64::MAX),
+                    *c,
+                ),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip() {
+        let mut t = ThrottleStats::new("disk-read", &Default::default());
+        t.amount = 7;
+        t.max_speed = u64::MAX;
+        assert_eq!(ThrottleStats::from_words(&t.to_words()), t);
+        assert_eq!(t.name_str(), "disk-read");
+        let long = ThrottleStats::new(&"x".repeat(40), &Default::default());
+        assert_eq!(long.name_str().len(), NAME_LEN - 1);
+        assert_eq!(ThreadAcct::WORDS * 8, size_of::<ThreadAcct>());
+        assert_eq!(LeaseSlot::layout().last().map(|f| f.offset), Some(32));
+    }
+
+    #[test]
+    fn hist_buckets() {
+        let mut h = Hist::default();
+        h.slots[0] = 2;
+        h.slots[3] = 1;
+        assert_eq!(h.buckets(), vec![(0, 1, 2), (4, 8, 1)]);
+        assert_eq!(h.total(), 3);
+    }
+}
+
+#[cfg(test)]
+mod round_trip {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn check<T: AbiStruct + PartialEq + std::fmt::Debug>(words: &[u64]) {
+        let v = T::from_words(&words[..T::WORDS]);
+        assert_eq!(v.to_words(), &words[..T::WORDS]);
+        assert_eq!(T::from_words(&v.to_words()), v);
+        let last = T::layout().last().map(|f| f.offset + f.size);
+        assert_eq!(
+            last,
+            Some(T::WORDS * 8),
+            "{} has no tail padding",
+            T::C_NAME
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn every_mirror_round_trips(words in proptest::collection::vec(any::<u64>(), 40)) {
+            check::<LeaseSlot>(&words);
+            check::<LeaseClock>(&words);
+            check::<ThreadAcct>(&words);
+            check::<Hist>(&words);
+            check::<ThrottleStats>(&words);
+            check::<SlotStats>(&words);
+            check::<UringStats>(&words);
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! Kernel proof that a parked CPU lease costs nothing, and slotring's
+//! statistics in pinned, mmapable, BTF-described BPF maps.
+//!
+//! [`SlotringBpf::load`] loads the embedded CO-RE object
+//! (`ebpf/slotring.bpf.o`, built from `ebpf/slotring.bpf.c`) with aya,
+//! attaches `sched_switch`, `sched_wakeup` and `sched_wakeup_new` (as
+//! `tp_btf`, or `raw_tp` where tp_btf cannot load), pins the maps under a
+//! directory (default `/sys/fs/bpf/slotring/`, mode 0600) and mmaps the
+//! mmapable ones. [`SlotringBpf::load_or_degrade`] runs on without probes
+//! when loading fails (no privilege, no BTF, verifier rejection), says so
+//! once on stderr, and keeps every counter in plain memory.
+//!
+//! * Lease states reach the kernel through [`LEASE_MIRROR`] (a
+//!   [`slotring_throttle::LeaseObserver`]): one registration syscall per
+//!   thread, then plain atomic stores into the thread's mmapped slot.
+//! * Throttle, slot and engine counters are published with
+//!   [`SlotringBpf::publish_throttle`], [`SlotringBpf::publish_slots`] and
+//!   [`SlotringBpf::publish_uring`]: stores into map memory, no syscalls;
+//!   `bpftool map dump pinned /sys/fs/bpf/slotring/<map>` prints them with
+//!   field names.
+//! * [`SlotringBpf::verify`] turns the kernel's accounting into a
+//!   [`VerificationReport`] with a [`Verdict`].
+
+pub mod abi;
+mod error;
+mod lease;
+mod loader;
+mod region;
+mod verify;
+
+pub use abi::{
+    AbiStruct, FieldLayout, Hist, LeaseClock, LeaseSlot, SlotStats, ThreadAcct, ThrottleStats,
+    UringStats,
+};
+pub use error::BpfError;
+pub use lease::{LEASE_MIRROR, LeaseMirror, install_observer, monotonic_ns};
+pub use loader::{AttachMode, BpfConfig, NamedId, OBJECT, ProbeStatus, ProgStats, SlotringBpf};
+pub use verify::{ThreadReport, Verdict, VerificationReport, VerifyConfig};

@@ -1,0 +1,692 @@
+//! Load, attach, pin and mmap; or degrade to plain memory.
+//!
+//! Every kernel step goes through aya; the only raw syscalls of this crate
+//! are the mmaps in `region.rs` and the bpffs mount here.
+
+use std::fs;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+use aya::maps::{HashMap as BpfHashMap, Map, MapData};
+use aya::programs::{BtfTracePoint, ProgramError, RawTracePoint};
+use aya::{Btf, Ebpf, EbpfError, EbpfLoader};
+
+use crate::BpfError;
+use crate::abi::{
+    AbiStruct, HIST_SLOTS, Hist, LeaseSlot, MAX_THREADS, MAX_THROTTLERS, SlotStats, ThreadAcct,
+    ThrottleStats, UringStats,
+};
+use crate::error::is_perm;
+use crate::lease::{self, Shared};
+use crate::region::Region;
+
+#[repr(C, align(32))]
+struct Aligned<B: ?Sized> {
+    bytes: B,
+}
+
+static ALIGNED: &Aligned<[u8]> = &Aligned {
+    bytes: *include_bytes!("../../../ebpf/slotring.bpf.o"),
+};
+
+/// The embedded BPF object (`ebpf/slotring.bpf.o`, rebuilt and checked for
+/// staleness by `cargo xtask build-ebpf [--check]`).
+pub static OBJECT: &[u8] = &ALIGNED.bytes;
+
+/// Maps that are pinned (by their map name, which is the metric name).
+const PINNED_MAPS: &[&str] = &[
+    "lease",
+    "thread_acct",
+    "thread_index",
+    "hist_park_cpu",
+    "hist_unpark_rq",
+    "throttle",
+    "slots",
+    "uring",
+];
+
+/// `(tp_btf program, raw_tp program, tracepoint)`.
+const PROGRAMS: &[(&str, &str, &str)] = &[
+    ("switch_btf", "switch_raw", "sched_switch"),
+    ("wakeup_btf", "wakeup_raw", "sched_wakeup"),
+    ("wakeup_new_btf", "wakeup_new_raw", "sched_wakeup_new"),
+];
+
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// A program or map name with its kernel id.
+pub type NamedId = (String, u32);
+
+/// One program's BPF run statistics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgStats {
+    /// Program (function) name, e.g. `switch_btf`.
+    pub name: String,
+    /// Cumulative ns spent running it.
+    pub run_time_ns: u64,
+    /// Times it ran.
+    pub run_count: u64,
+}
+
+/// How the probes were attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttachMode {
+    /// BTF-typed tracepoints (direct field reads).
+    TpBtf,
+    /// Raw tracepoints with CO-RE probe reads (fallback).
+    RawTp,
+}
+
+/// Whether the kernel side is live.
+#[derive(Debug)]
+pub enum ProbeStatus<'a> {
+    /// Loaded, attached and pinned.
+    Attached(AttachMode),
+    /// Running without probes, for this reason; counters are in plain memory.
+    Degraded(&'a BpfError),
+}
+
+/// Loader configuration.
+#[derive(Debug, Clone)]
+pub struct BpfConfig {
+    /// Pin directory (created; default `/sys/fs/bpf/slotring`).
+    pub pin_dir: PathBuf,
+    /// Keep the pins after drop (default: removed).
+    pub keep_pins: bool,
+    /// Group allowed to read the pins (mode 0640/0750); `None`: 0600/0700.
+    pub pin_group: Option<u32>,
+    /// Process whose threads are traced (default: this process; threads
+    /// register only from this process, so another tgid filters out every
+    /// event — which is how the bench measures the filter).
+    pub target_tgid: u32,
+    /// Try only the raw_tp programs (to exercise the fallback).
+    pub force_raw_tp: bool,
+    /// Place each thread at index `tid % MAX_THREADS` when that is free, so
+    /// the programs find it with an array lookup instead of a hash lookup
+    /// (default `true`; `false` sends every thread through `thread_index`).
+    pub direct_index: bool,
+}
+
+impl Default for BpfConfig {
+    fn default() -> Self {
+        Self {
+            pin_dir: PathBuf::from("/sys/fs/bpf/slotring"),
+            keep_pins: false,
+            pin_group: None,
+            target_tgid: std::process::id(),
+            force_raw_tp: false,
+            direct_index: true,
+        }
+    }
+}
+
+struct Kernel {
+    ebpf: Ebpf,
+    mode: AttachMode,
+    dir: PathBuf,
+    pins: Vec<PathBuf>,
+    created_dir: bool,
+    keep: bool,
+}
+
+/// A loaded (or degraded) instance. Dropping it detaches the probes, removes
+/// the pins (unless `keep_pins`), unmaps the map memory and closes every fd.
+///
+/// Threads register with the most recently created instance (at their first
+/// lease report or [`SlotringBpf::register_current_thread`]); once it drops,
+/// their reports are ignored until another instance is created. One
+/// instance per pin directory: pins left there by a kept instance are
+/// replaced.
+pub struct SlotringBpf {
+    pub(crate) shared: &'static Shared,
+    pub(crate) hist_park: Region,
+    pub(crate) hist_rq: Region,
+    throttle: Region,
+    slots: Region,
+    uring: Region,
+    kernel: Option<Kernel>,
+    degraded: Option<BpfError>,
+}
+
+impl std::fmt::Debug for SlotringBpf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotringBpf")
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+fn map_err(what: &str, e: EbpfError) -> BpfError {
+    if let EbpfError::MapError(aya::maps::MapError::CreateError { name, io_error }) = &e
+        && is_perm(io_error)
+    {
+        return BpfError::NoPrivilege {
+            what: format!("creating map `{name}`"),
+            source: std::io::Error::from_raw_os_error(io_error.raw_os_error().unwrap_or(1)),
+        };
+    }
+    if let EbpfError::BtfError(b) = &e {
+        return BpfError::NoBtf(b.to_string());
+    }
+    BpfError::Load {
+        what: what.to_owned(),
+        detail: format!("{e:#}"),
+    }
+}
+
+fn prog_err(program: &str, tracepoint: &str, e: ProgramError, attaching: bool) -> BpfError {
+    match e {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            if is_perm(&io_error) && verifier_log.to_string().trim().is_empty() {
+                BpfError::NoPrivilege {
+                    what: format!("loading program `{program}`"),
+                    source: io_error,
+                }
+            } else {
+                BpfError::Verifier {
+                    program: program.to_owned(),
+                    source: io_error,
+                    log: verifier_log.to_string(),
+                }
+            }
+        }
+        ProgramError::SyscallError(s) if is_perm(&s.io_error) => BpfError::NoPrivilege {
+            what: format!(
+                "{} `{program}` ({})",
+                if attaching { "attaching" } else { "loading" },
+                s.call
+            ),
+            source: s.io_error,
+        },
+        other if attaching => BpfError::Attach {
+            program: program.to_owned(),
+            tracepoint: tracepoint.to_owned(),
+            detail: other.to_string(),
+        },
+        other => BpfError::Load {
+            what: format!("loading `{program}`"),
+            detail: other.to_string(),
+        },
+    }
+}
+
+fn attach_set(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result<(), BpfError> {
+    for (b, r, tp) in PROGRAMS {
+        let name = if mode == AttachMode::TpBtf { *b } else { *r };
+        let prog = ebpf.program_mut(name).ok_or_else(|| BpfError::Load {
+            what: "finding program".into(),
+            detail: format!("`{name}` is not in the object"),
+        })?;
+        match mode {
+            AttachMode::TpBtf => {
+                let p: &mut BtfTracePoint =
+                    prog.try_into().map_err(|e: ProgramError| BpfError::Load {
+                        what: format!("program `{name}`"),
+                        detail: e.to_string(),
+                    })?;
+                p.load(tp, btf).map_err(|e| prog_err(name, tp, e, false))?;
+                p.attach().map_err(|e| prog_err(name, tp, e, true))?;
+            }
+            AttachMode::RawTp => {
+                let p: &mut RawTracePoint =
+                    prog.try_into().map_err(|e: ProgramError| BpfError::Load {
+                        what: format!("program `{name}`"),
+                        detail: e.to_string(),
+                    })?;
+                p.load().map_err(|e| prog_err(name, tp, e, false))?;
+                p.attach(tp).map_err(|e| prog_err(name, tp, e, true))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unload_set(ebpf: &mut Ebpf, mode: AttachMode) {
+    for (b, r, _) in PROGRAMS {
+        let name = if mode == AttachMode::TpBtf { *b } else { *r };
+        if let Some(prog) = ebpf.program_mut(name) {
+            let _ = match mode {
+                AttachMode::TpBtf => <&mut BtfTracePoint>::try_from(prog).map(|p| p.unload()),
+                AttachMode::RawTp => <&mut RawTracePoint>::try_from(prog).map(|p| p.unload()),
+            };
+        }
+    }
+}
+
+fn map_fd_region(ebpf: &Ebpf, name: &str, words: usize, entries: u32) -> Result<Region, BpfError> {
+    let map = ebpf.map(name).ok_or_else(|| BpfError::Load {
+        what: "finding map".into(),
+        detail: format!("`{name}` is not in the object"),
+    })?;
+    let Map::Array(data) = map else {
+        return Err(BpfError::Load {
+            what: format!("map `{name}`"),
+            detail: "not an array".into(),
+        });
+    };
+    Region::map(name, data.fd().as_fd(), words, entries as usize)
+}
+
+fn is_bpffs(p: &Path) -> bool {
+    nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type().0 == BPF_FS_MAGIC)
+}
+
+/// Make sure `dir`'s filesystem is bpffs, mounting it on `/sys/fs/bpf` if
+/// that is where `dir` lives and nothing is mounted there yet.
+fn ensure_bpffs(dir: &Path) -> Result<(), BpfError> {
+    let root = Path::new("/sys/fs/bpf");
+    if dir.starts_with(root) && !is_bpffs(root) {
+        nix::mount::mount(
+            Some("bpf"),
+            root,
+            Some("bpf"),
+            nix::mount::MsFlags::empty(),
+            None::<&str>,
+        )
+        .map_err(|e| BpfError::Pin {
+            path: root.to_owned(),
+            detail: format!("mounting bpffs: {e}"),
+        })?;
+    }
+    let mut probe = dir.to_path_buf();
+    while !probe.exists() {
+        if !probe.pop() {
+            break;
+        }
+    }
+    if !is_bpffs(&probe) {
+        return Err(BpfError::Pin {
+            path: dir.to_owned(),
+            detail: "not on a bpffs mount".into(),
+        });
+    }
+    Ok(())
+}
+
+fn pin_all(
+    ebpf: &mut Ebpf,
+    cfg: &BpfConfig,
+    mode: AttachMode,
+) -> Result<(Vec<PathBuf>, bool), BpfError> {
+    let dir = &cfg.pin_dir;
+    ensure_bpffs(dir)?;
+    let pin_err = |path: &Path, detail: String| BpfError::Pin {
+        path: path.to_owned(),
+        detail,
+    };
+    let created_dir = !dir.exists();
+    fs::create_dir_all(dir).map_err(|e| pin_err(dir, e.to_string()))?;
+    let (dmode, fmode) = if cfg.pin_group.is_some() {
+        (0o750, 0o640)
+    } else {
+        (0o700, 0o600)
+    };
+    if let Some(g) = cfg.pin_group {
+        nix::unistd::chown(dir, None, Some(nix::unistd::Gid::from_raw(g)))
+            .map_err(|e| pin_err(dir, format!("chown: {e}")))?;
+    }
+    fs::set_permissions(dir, fs::Permissions::from_mode(dmode))
+        .map_err(|e| pin_err(dir, e.to_string()))?;
+    let mut pins = Vec::new();
+    let finish = |path: PathBuf, pins: &mut Vec<PathBuf>| -> Result<(), BpfError> {
+        if let Some(g) = cfg.pin_group {
+            nix::unistd::chown(&path, None, Some(nix::unistd::Gid::from_raw(g)))
+                .map_err(|e| pin_err(&path, format!("chown: {e}")))?;
+        }
+        fs::set_permissions(&path, fs::Permissions::from_mode(fmode))
+            .map_err(|e| pin_err(&path, e.to_string()))?;
+        pins.push(path);
+        Ok(())
+    };
+    for name in PINNED_MAPS {
+        let path = dir.join(name);
+        let _ = fs::remove_file(&path); // a previous instance's kept pin
+        let map = ebpf
+            .map(name)
+            .ok_or_else(|| pin_err(&path, "map missing".into()))?;
+        map.pin(&path).map_err(|e| pin_err(&path, e.to_string()))?;
+        finish(path, &mut pins)?;
+    }
+    for (b, r, _) in PROGRAMS {
+        let name = if mode == AttachMode::TpBtf { *b } else { *r };
+        let path = dir.join(format!("prog_{name}"));
+        let _ = fs::remove_file(&path);
+        let prog = ebpf
+            .program_mut(name)
+            .ok_or_else(|| pin_err(&path, "program missing".into()))?;
+        prog.pin(&path).map_err(|e| pin_err(&path, e.to_string()))?;
+        finish(path, &mut pins)?;
+    }
+    Ok((pins, created_dir))
+}
+
+static DEGRADED_ONCE: Once = Once::new();
+
+impl SlotringBpf {
+    /// Load, attach, pin and mmap; a typed error names the cause.
+    pub fn load(cfg: BpfConfig) -> Result<Self, BpfError> {
+        let btf = Btf::from_sys_fs().map_err(|e| BpfError::NoBtf(e.to_string()))?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global("targ_tgid", &cfg.target_tgid, true)
+            .load(OBJECT)
+            .map_err(|e| map_err("loading the object", e))?;
+        let mode = if cfg.force_raw_tp {
+            attach_set(&mut ebpf, &btf, AttachMode::RawTp)?;
+            AttachMode::RawTp
+        } else {
+            match attach_set(&mut ebpf, &btf, AttachMode::TpBtf) {
+                Ok(()) => AttachMode::TpBtf,
+                Err(e) if e.is_no_privilege() => return Err(e),
+                Err(first) => {
+                    unload_set(&mut ebpf, AttachMode::TpBtf);
+                    attach_set(&mut ebpf, &btf, AttachMode::RawTp).map_err(|_| first)?;
+                    AttachMode::RawTp
+                }
+            }
+        };
+        let lease = map_fd_region(&ebpf, "lease", LeaseSlot::WORDS, MAX_THREADS)?;
+        let acct = map_fd_region(&ebpf, "thread_acct", ThreadAcct::WORDS, MAX_THREADS)?;
+        let hist_park = map_fd_region(&ebpf, "hist_park_cpu", HIST_SLOTS, 1)?;
+        let hist_rq = map_fd_region(&ebpf, "hist_unpark_rq", HIST_SLOTS, 1)?;
+        let throttle = map_fd_region(&ebpf, "throttle", ThrottleStats::WORDS, MAX_THROTTLERS)?;
+        let slots = map_fd_region(&ebpf, "slots", SlotStats::WORDS, 1)?;
+        let uring = map_fd_region(&ebpf, "uring", UringStats::WORDS, 1)?;
+        let (pins, created_dir) = match pin_all(&mut ebpf, &cfg, mode) {
+            Ok(p) => p,
+            Err(e) => {
+                for name in PINNED_MAPS {
+                    let _ = fs::remove_file(cfg.pin_dir.join(name));
+                }
+                return Err(e);
+            }
+        };
+        let index_map = ebpf
+            .take_map("thread_index")
+            .ok_or_else(|| BpfError::Load {
+                what: "finding map".into(),
+                detail: "`thread_index` is not in the object".into(),
+            })?;
+        let index: BpfHashMap<MapData, u32, u32> =
+            BpfHashMap::try_from(index_map).map_err(|e| BpfError::Load {
+                what: "map `thread_index`".into(),
+                detail: e.to_string(),
+            })?;
+        let shared = Shared::new(lease, acct, Some(index), cfg.direct_index);
+        lease::set_active(Some(shared));
+        Ok(Self {
+            shared,
+            hist_park,
+            hist_rq,
+            throttle,
+            slots,
+            uring,
+            kernel: Some(Kernel {
+                ebpf,
+                mode,
+                dir: cfg.pin_dir.clone(),
+                pins,
+                created_dir,
+                keep: cfg.keep_pins,
+            }),
+            degraded: None,
+        })
+    }
+
+    /// Load one program of the embedded object for `tracepoint` and unload
+    /// it again, without attaching or creating pins: a dry run that reports
+    /// the verifier's verdict (with its log) for that pairing. `program` is
+    /// a function name of `slotring.bpf.c`, e.g. `switch_btf`.
+    pub fn check_program(program: &str, tracepoint: &str) -> Result<(), BpfError> {
+        let btf = Btf::from_sys_fs().map_err(|e| BpfError::NoBtf(e.to_string()))?;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .load(OBJECT)
+            .map_err(|e| map_err("loading the object", e))?;
+        let prog = ebpf.program_mut(program).ok_or_else(|| BpfError::Load {
+            what: "finding program".into(),
+            detail: format!("`{program}` is not in the object"),
+        })?;
+        let bad = |e: ProgramError| BpfError::Load {
+            what: format!("program `{program}`"),
+            detail: e.to_string(),
+        };
+        if let Ok(p) = <&mut BtfTracePoint>::try_from(&mut *prog) {
+            p.load(tracepoint, &btf)
+                .map_err(|e| prog_err(program, tracepoint, e, false))?;
+            p.unload().map_err(bad)
+        } else {
+            let p: &mut RawTracePoint = prog.try_into().map_err(bad)?;
+            p.load()
+                .map_err(|e| prog_err(program, tracepoint, e, false))?;
+            p.unload().map_err(bad)
+        }
+    }
+
+    /// [`SlotringBpf::load`], or on failure an instance without probes whose
+    /// counters live in plain memory. The first degradation in the process
+    /// is reported once on stderr.
+    pub fn load_or_degrade(cfg: BpfConfig) -> Self {
+        match Self::load(cfg) {
+            Ok(s) => s,
+            Err(e) => {
+                DEGRADED_ONCE.call_once(|| {
+                    eprintln!("slotring-bpf: running without kernel probes: {e}");
+                });
+                Self::degraded(e)
+            }
+        }
+    }
+
+    /// An instance without probes (plain memory), remembering why.
+    pub fn degraded(reason: BpfError) -> Self {
+        let shared = Shared::new(
+            Region::heap(LeaseSlot::WORDS, MAX_THREADS as usize),
+            Region::heap(ThreadAcct::WORDS, MAX_THREADS as usize),
+            None,
+            true,
+        );
+        lease::set_active(Some(shared));
+        Self {
+            shared,
+            hist_park: Region::heap(HIST_SLOTS, 1),
+            hist_rq: Region::heap(HIST_SLOTS, 1),
+            throttle: Region::heap(ThrottleStats::WORDS, MAX_THROTTLERS as usize),
+            slots: Region::heap(SlotStats::WORDS, 1),
+            uring: Region::heap(UringStats::WORDS, 1),
+            kernel: None,
+            degraded: Some(reason),
+        }
+    }
+
+    /// Whether probes are attached, or why not.
+    pub fn status(&self) -> ProbeStatus<'_> {
+        match (&self.kernel, &self.degraded) {
+            (Some(k), _) => ProbeStatus::Attached(k.mode),
+            (None, Some(e)) => ProbeStatus::Degraded(e),
+            (None, None) => unreachable!("an instance is either loaded or degraded"),
+        }
+    }
+
+    /// Whether the kernel probes are live.
+    pub fn is_attached(&self) -> bool {
+        self.kernel.is_some() && self.shared.lease.is_mapped()
+    }
+
+    /// The pin directory and pinned files (empty when degraded).
+    pub fn pins(&self) -> (Option<&Path>, &[PathBuf]) {
+        match &self.kernel {
+            Some(k) => (Some(&k.dir), &k.pins),
+            None => (None, &[]),
+        }
+    }
+
+    /// Kernel ids of the programs and maps (for `bpftool ... id N`).
+    pub fn kernel_ids(&self) -> (Vec<NamedId>, Vec<NamedId>) {
+        let Some(k) = &self.kernel else {
+            return (Vec::new(), Vec::new());
+        };
+        let progs = k
+            .ebpf
+            .programs()
+            .filter_map(|(n, p)| p.info().ok().map(|i| (n.to_owned(), i.id())))
+            .collect();
+        let maps = k
+            .ebpf
+            .maps()
+            .filter_map(|(n, m)| match m {
+                Map::Array(d) | Map::HashMap(d) => d.info().ok().map(|i| (n.to_owned(), i.id())),
+                _ => None,
+            })
+            .collect();
+        (progs, maps)
+    }
+
+    /// Per attached program: cumulative run time and run count (non-zero
+    /// only while `kernel.bpf_stats_enabled` is 1).
+    pub fn prog_stats(&self) -> Vec<ProgStats> {
+        let Some(k) = &self.kernel else {
+            return Vec::new();
+        };
+        k.ebpf
+            .programs()
+            .filter_map(|(n, p)| {
+                let info = p.info().ok()?;
+                Some(ProgStats {
+                    name: n.to_owned(),
+                    run_time_ns: info.run_time().as_nanos() as u64,
+                    run_count: info.run_count(),
+                })
+            })
+            .collect()
+    }
+
+    /// Register the calling thread (otherwise done by its first lease state
+    /// report). Returns its thread id.
+    pub fn register_current_thread(&self) -> Result<u32, BpfError> {
+        let (s, _) = lease::current_slot()?;
+        if !std::ptr::eq(s, self.shared) {
+            return Err(BpfError::UnknownThread {
+                tid: lease::current_tid(),
+            });
+        }
+        Ok(lease::current_tid())
+    }
+
+    /// Store one named throttler's counters at `index` (no syscall).
+    pub fn publish_throttle(&self, index: u32, stats: &ThrottleStats) -> Result<(), BpfError> {
+        if index >= MAX_THROTTLERS {
+            return Err(BpfError::IndexOutOfRange {
+                map: "throttle",
+                index,
+                capacity: MAX_THROTTLERS,
+            });
+        }
+        self.throttle.store(index as usize, &stats.to_words());
+        Ok(())
+    }
+
+    /// Store the slot counters (no syscall).
+    pub fn publish_slots(&self, stats: &SlotStats) {
+        self.slots.store(0, &stats.to_words());
+    }
+
+    /// Store the io_uring engine counters (no syscall).
+    pub fn publish_uring(&self, stats: &UringStats) {
+        self.uring.store(0, &stats.to_words());
+    }
+
+    /// Read back a throttler entry.
+    pub fn throttle_stats(&self, index: u32) -> Result<ThrottleStats, BpfError> {
+        if index >= MAX_THROTTLERS {
+            return Err(BpfError::IndexOutOfRange {
+                map: "throttle",
+                index,
+                capacity: MAX_THROTTLERS,
+            });
+        }
+        Ok(ThrottleStats::from_words(
+            &self.throttle.load(index as usize),
+        ))
+    }
+
+    /// Read back the slot counters.
+    pub fn slot_stats(&self) -> SlotStats {
+        SlotStats::from_words(&self.slots.load(0))
+    }
+
+    /// Read back the engine counters.
+    pub fn uring_stats(&self) -> UringStats {
+        UringStats::from_words(&self.uring.load(0))
+    }
+
+    /// Histogram of on-CPU ns per parked episode.
+    pub fn hist_park_cpu(&self) -> Hist {
+        Hist::from_words(&self.hist_park.load(0))
+    }
+
+    /// Histogram of run-queue latency at unpark (wake-up to switch-in), ns.
+    pub fn hist_unpark_rq(&self) -> Hist {
+        Hist::from_words(&self.hist_rq.load(0))
+    }
+
+    pub(crate) fn index_of(&self, tid: u32) -> Option<u32> {
+        self.shared.registry().by_tid.get(&tid).map(|e| e.idx)
+    }
+
+    /// The kernel's accounting of a registered (or exited) thread.
+    pub fn thread_acct(&self, tid: u32) -> Result<ThreadAcct, BpfError> {
+        let idx = self.index_of(tid).ok_or(BpfError::UnknownThread { tid })?;
+        Ok(ThreadAcct::from_words(&self.shared.acct.load(idx as usize)))
+    }
+
+    /// A thread's lease slot.
+    pub fn lease_slot(&self, tid: u32) -> Result<LeaseSlot, BpfError> {
+        let idx = self.index_of(tid).ok_or(BpfError::UnknownThread { tid })?;
+        // Acquire `active` first (pairs with the writer's Release flip).
+        let active = self.shared.lease.entry(idx as usize)[lease::W_ACTIVE]
+            .load(std::sync::atomic::Ordering::Acquire);
+        let mut s = LeaseSlot::from_words(&self.shared.lease.load(idx as usize));
+        s.active = active;
+        Ok(s)
+    }
+
+    /// Every registered thread id (live or exited) with its index.
+    pub fn threads(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.shared.registry().by_tid.keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+impl Drop for SlotringBpf {
+    fn drop(&mut self) {
+        lease::clear_active_if(self.shared);
+        self.shared.kill();
+        if let Some(k) = self.kernel.take() {
+            if !k.keep {
+                for p in &k.pins {
+                    let _ = fs::remove_file(p);
+                }
+                if k.created_dir {
+                    let _ = fs::remove_dir(&k.dir);
+                }
+            }
+            drop(k.ebpf);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn instance_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<super::SlotringBpf>();
+    }
+}

@@ -1,0 +1,592 @@
+//! Integration tests against the real kernel (run as root).
+//!
+//! Every test takes `SERIAL`: the probes, the process-wide lease observer
+//! and the fd accounting are per process, so kernel tests run one at a time.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Barrier, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use libbpf_rs::MapCore as _;
+use slotring_bpf::{
+    AbiStruct, AttachMode, BpfConfig, BpfError, ProbeStatus, SlotStats, SlotringBpf, ThrottleStats,
+    UringStats, Verdict, VerifyConfig,
+};
+use slotring_throttle::{LeaseState, ThrottleCounters, notify_lease_state};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    slotring_bpf::install_observer();
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn pin_dir(test: &str) -> PathBuf {
+    PathBuf::from(format!(
+        "/sys/fs/bpf/slotring-test-{}-{test}",
+        std::process::id()
+    ))
+}
+
+/// Load, or skip (with the reason printed) only when the kernel lacks a
+/// feature this needs.
+fn load(test: &str, tweak: impl FnOnce(&mut BpfConfig)) -> Option<SlotringBpf> {
+    let mut cfg = BpfConfig {
+        pin_dir: pin_dir(test),
+        ..BpfConfig::default()
+    };
+    tweak(&mut cfg);
+    match SlotringBpf::load(cfg) {
+        Ok(b) => Some(b),
+        Err(BpfError::NoBtf(why)) => {
+            eprintln!("SKIP {test}: kernel has no BTF: {why}");
+            None
+        }
+        Err(e) => panic!("{test}: loading the probes failed: {e}"),
+    }
+}
+
+fn tid() -> u32 {
+    nix::unistd::gettid().as_raw() as u32
+}
+
+fn thread_cpu_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// Park the lease for one 200 ms IORING_OP_TIMEOUT wait in io_uring_enter.
+fn park_in_timeout_sqe(ms: u64) {
+    let mut ring = io_uring::IoUring::new(4).expect("io_uring");
+    let ts = io_uring::types::Timespec::new().nsec(ms as u32 * 1_000_000);
+    let sqe = io_uring::opcode::Timeout::new(&ts).build().user_data(7);
+    notify_lease_state(LeaseState::Running);
+    notify_lease_state(LeaseState::Parked);
+    // SAFETY: `ts` outlives the submission: we wait for its completion
+    // before returning (test code at the io_uring boundary).
+    unsafe { ring.submission().push(&sqe).expect("sq has room") };
+    ring.submit_and_wait(1).expect("io_uring_enter");
+    notify_lease_state(LeaseState::Running);
+    let cqe = ring.completion().next().expect("one completion");
+    assert_eq!(cqe.result(), -libc::ETIME, "the timeout expired");
+    notify_lease_state(LeaseState::NotHolding);
+}
+
+fn spin_parked(ms: u64) {
+    notify_lease_state(LeaseState::Running);
+    notify_lease_state(LeaseState::Parked);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(ms) {
+        std::hint::spin_loop();
+    }
+    notify_lease_state(LeaseState::Running);
+    notify_lease_state(LeaseState::NotHolding);
+}
+
+#[test]
+fn load_attach_pin_with_mode_0600() {
+    let _g = serial();
+    let Some(bpf) = load("attach", |_| {}) else {
+        return;
+    };
+    assert!(
+        matches!(bpf.status(), ProbeStatus::Attached(AttachMode::TpBtf)),
+        "{bpf:?}"
+    );
+    let (dir, pins) = bpf.pins();
+    let dir = dir.unwrap();
+    assert_eq!(
+        std::fs::metadata(dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    for name in [
+        "lease",
+        "thread_acct",
+        "throttle",
+        "slots",
+        "uring",
+        "prog_switch_btf",
+    ] {
+        let p = dir.join(name);
+        assert!(pins.contains(&p), "{p:?} pinned");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600,
+            "{p:?}"
+        );
+    }
+    // The programs really run: our own switch-outs are accounted.
+    let me = bpf.register_current_thread().unwrap();
+    for _ in 0..3 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::yield_now();
+    let a = bpf.thread_acct(me).unwrap();
+    assert!(a.events >= 3, "switch events seen: {a:?}");
+    assert!(a.switches[0] >= 3, "{a:?}");
+}
+
+#[test]
+fn pin_group_gets_group_read_modes() {
+    use std::os::unix::fs::MetadataExt;
+    let _g = serial();
+    let Some(bpf) = load("group", |c| c.pin_group = Some(65534)) else {
+        return;
+    };
+    let (dir, pins) = bpf.pins();
+    let meta = std::fs::metadata(dir.unwrap()).unwrap();
+    assert_eq!(
+        (meta.permissions().mode() & 0o777, meta.gid()),
+        (0o750, 65534)
+    );
+    for p in pins {
+        let meta = std::fs::metadata(p).unwrap();
+        assert_eq!(
+            (meta.permissions().mode() & 0o777, meta.gid()),
+            (0o640, 65534),
+            "{p:?}"
+        );
+    }
+}
+
+#[test]
+fn raw_tp_fallback_accounts_too() {
+    let _g = serial();
+    // Also the hash path of the thread lookup (no direct-mapped index).
+    let Some(bpf) = load("rawtp", |c| {
+        c.force_raw_tp = true;
+        c.direct_index = false;
+    }) else {
+        return;
+    };
+    assert!(matches!(
+        bpf.status(),
+        ProbeStatus::Attached(AttachMode::RawTp)
+    ));
+    let t = std::thread::spawn(|| {
+        notify_lease_state(LeaseState::Parked);
+        std::thread::sleep(Duration::from_millis(200));
+        notify_lease_state(LeaseState::NotHolding);
+        tid()
+    })
+    .join()
+    .unwrap();
+    let r = bpf.verify(&[t], VerifyConfig::default()).unwrap();
+    let th = &r.threads[0];
+    assert!(th.parked_ns >= 200_000_000, "{r}");
+    assert!(th.switches[2] >= 1, "blocked while parked: {r}");
+    assert_eq!(r.verdict, Verdict::Pass, "{r}");
+}
+
+#[test]
+fn timeout_sqe_park_costs_no_cpu_and_passes() {
+    let _g = serial();
+    let Some(bpf) = load("timeout", |_| {}) else {
+        return;
+    };
+    let t = std::thread::spawn(|| {
+        park_in_timeout_sqe(200);
+        tid()
+    })
+    .join()
+    .unwrap();
+    let r = bpf.verify(&[t], VerifyConfig::default()).unwrap();
+    println!("{r}");
+    let th = &r.threads[0];
+    assert_eq!(th.parks, 1);
+    assert!(
+        th.parked_ns >= 200_000_000,
+        "parked at least the timeout: {r}"
+    );
+    assert!(
+        th.parked_on_cpu_ns < 1_000_000,
+        "< 1 ms on CPU while parked: {r}"
+    );
+    assert!(th.switches[2] >= 1, "it blocked while parked: {r}");
+    assert_eq!(
+        th.unpark_wakeups, 1,
+        "one wake-up into the parked state: {r}"
+    );
+    // ~0 run-queue while parked: just the wake-up latency (the machine is
+    // shared, so bound it loosely at 5 % of the parked time).
+    assert!(th.parked_runq_ns < th.parked_ns / 20, "{r}");
+    assert_eq!(r.verdict, Verdict::Pass, "{r}");
+    assert!(
+        r.hist_park_cpu.total() >= 1 && r.hist_unpark_rq.total() >= 1,
+        "{r}"
+    );
+}
+
+#[test]
+fn spinning_parked_thread_fails_the_verdict() {
+    let _g = serial();
+    let Some(bpf) = load("spin", |_| {}) else {
+        return;
+    };
+    let (good, bad) = std::thread::scope(|s| {
+        let good = s.spawn(|| {
+            park_in_timeout_sqe(100);
+            tid()
+        });
+        let bad = s.spawn(|| {
+            spin_parked(100);
+            tid()
+        });
+        (good.join().unwrap(), bad.join().unwrap())
+    });
+    let r = bpf.verify(&[good, bad], VerifyConfig::default()).unwrap();
+    println!("{r}");
+    assert_eq!(r.verdict, Verdict::Fail { tids: vec![bad] }, "{r}");
+    let spinner = &r.threads[1];
+    // It ran (or waited to run) the whole time it was "parked".
+    assert!(
+        spinner.parked_on_cpu_ns + spinner.parked_runq_ns >= 50_000_000,
+        "{r}"
+    );
+    assert!(spinner.parked_on_cpu_ns > 1_000_000, "{r}");
+    assert!(r.threads[0].pass, "{r}");
+}
+
+#[test]
+fn run_queue_wait_when_two_spinners_share_a_cpu() {
+    let _g = serial();
+    let Some(bpf) = load("runq", |_| {}) else {
+        return;
+    };
+    let barrier = Barrier::new(2);
+    let tids: Vec<u32> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut set = nix::sched::CpuSet::new();
+                    set.set(0).unwrap();
+                    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+                    notify_lease_state(LeaseState::Running);
+                    barrier.wait();
+                    let start = thread_cpu_ns();
+                    while thread_cpu_ns() - start < 40_000_000 {
+                        std::hint::spin_loop();
+                    }
+                    notify_lease_state(LeaseState::NotHolding);
+                    tid()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let r = bpf.verify(&tids, VerifyConfig::default()).unwrap();
+    println!("{r}");
+    let running = 1;
+    let waits: u64 = r.threads.iter().map(|t| t.runq_ns[running]).sum();
+    // While both are runnable on one CPU, one of them always waits: until
+    // the first finishes its 40 ms of CPU, at least ~40 ms of waiting.
+    assert!(waits >= 20_000_000, "run-queue wait while running: {r}");
+    assert!(
+        r.threads
+            .iter()
+            .all(|t| t.runq_ns[running] > 0 && t.preemptions[running] > 0),
+        "{r}"
+    );
+    assert_eq!(r.total.parked_ns, 0);
+}
+
+fn bpftool_dump(path: &Path) -> serde_json::Value {
+    let out = Command::new("bpftool")
+        .args(["-j", "map", "dump", "pinned"])
+        .arg(path)
+        .output()
+        .expect("bpftool is installed (apt-get install bpftool)");
+    assert!(
+        out.status.success(),
+        "bpftool: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("bpftool prints JSON")
+}
+
+fn formatted(dump: &serde_json::Value, key: u64) -> &serde_json::Value {
+    let e = dump
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["formatted"]["key"] == key)
+        .expect("entry present");
+    &e["formatted"]["value"]
+}
+
+#[test]
+fn pinned_counters_read_by_bpftool_and_libbpf() {
+    let _g = serial();
+    let Some(bpf) = load("stats", |_| {}) else {
+        return;
+    };
+    let dir = bpf.pins().0.unwrap().to_owned();
+    let tc = ThrottleCounters {
+        amount: 1 << 40,
+        page_cache_amount: 2,
+        wait_us: 3,
+        waits: 4,
+        block_count: 5,
+        max_speed: 6,
+    };
+    bpf.publish_throttle(3, &ThrottleStats::new("disk-read", &tc))
+        .unwrap();
+    let words: Vec<u64> = (1..=15).map(|i| i * 1000 + 7).collect();
+    let slots = SlotStats::from_words(&words);
+    let uring = UringStats::from_words(&words.iter().map(|w| w + 1).collect::<Vec<_>>());
+    bpf.publish_slots(&slots);
+    bpf.publish_uring(&uring);
+
+    let t = bpftool_dump(&dir.join("throttle"));
+    let v = formatted(&t, 3);
+    assert_eq!(v["name"], "disk-read");
+    assert_eq!(v["amount"], 1u64 << 40);
+    for (f, want) in [
+        ("page_cache_amount", 2),
+        ("wait_us", 3),
+        ("waits", 4),
+        ("block_count", 5),
+        ("max_speed", 6),
+    ] {
+        assert_eq!(v[f], want, "{f}");
+    }
+    for (map, value) in [("slots", slots.to_words()), ("uring", uring.to_words())] {
+        let d = bpftool_dump(&dir.join(map));
+        let v = formatted(&d, 0);
+        let layout = match map {
+            "slots" => SlotStats::layout(),
+            _ => UringStats::layout(),
+        };
+        for (f, want) in layout.iter().zip(&value) {
+            assert_eq!(v[f.name], *want, "{map}.{}", f.name);
+        }
+    }
+
+    // An independent libbpf-based reader (what bpftool is built on).
+    let h = libbpf_rs::MapHandle::from_pinned_path(dir.join("slots")).unwrap();
+    let bytes = h
+        .lookup(&0u32.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+        .unwrap()
+        .unwrap();
+    let read: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(SlotStats::from_words(&read), slots);
+    let h = libbpf_rs::MapHandle::from_pinned_path(dir.join("throttle")).unwrap();
+    let bytes = h
+        .lookup(&3u32.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+        .unwrap()
+        .unwrap();
+    let read: Vec<u64> = bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(ThrottleStats::from_words(&read).name_str(), "disk-read");
+    assert_eq!(ThrottleStats::from_words(&read).amount, 1 << 40);
+    // And a libbpf write is seen through our mmap.
+    let mut patched = slots;
+    patched.borrowed = 99;
+    let raw: Vec<u8> = patched
+        .to_words()
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .collect();
+    let h = libbpf_rs::MapHandle::from_pinned_path(dir.join("slots")).unwrap();
+    h.update(&0u32.to_ne_bytes(), &raw, libbpf_rs::MapFlags::ANY)
+        .unwrap();
+    assert_eq!(bpf.slot_stats().borrowed, 99);
+}
+
+fn bpf_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("anon_inode:bpf"))
+        .count()
+}
+
+fn bpftool_ok(args: &[&str]) -> bool {
+    Command::new("bpftool")
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn no_pins_or_fds_left_after_drop() {
+    let _g = serial();
+    let before = bpf_fds();
+    let Some(bpf) = load("drop", |_| {}) else {
+        return;
+    };
+    let (progs, maps) = bpf.kernel_ids();
+    assert!(!progs.is_empty() && !maps.is_empty());
+    let dir = bpf.pins().0.unwrap().to_owned();
+    // A thread registered in this instance keeps reporting after the drop.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let late = std::thread::spawn(move || {
+        notify_lease_state(LeaseState::Parked);
+        rx.recv().unwrap();
+        notify_lease_state(LeaseState::NotHolding); // after the drop: no fault
+    });
+    std::thread::sleep(Duration::from_millis(10));
+    assert!(bpf_fds() > before);
+    drop(bpf);
+    tx.send(()).unwrap();
+    late.join().unwrap();
+    assert!(!dir.exists(), "pin dir removed");
+    assert_eq!(bpf_fds(), before, "every BPF fd closed");
+    // The kernel frees the objects asynchronously (RCU); give it a moment.
+    for (kind, ids) in [("prog", &progs), ("map", &maps)] {
+        for (name, id) in ids {
+            let id = id.to_string();
+            let mut gone = false;
+            for _ in 0..200 {
+                if !bpftool_ok(&[kind, "show", "id", &id]) {
+                    gone = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(gone, "{kind} {name} (id {id}) still exists after drop");
+        }
+    }
+}
+
+#[test]
+fn keep_pins_survive_drop() {
+    let _g = serial();
+    let Some(bpf) = load("keep", |c| c.keep_pins = true) else {
+        return;
+    };
+    let dir = bpf.pins().0.unwrap().to_owned();
+    bpf.publish_slots(&SlotStats {
+        waiters: 42,
+        ..SlotStats::default()
+    });
+    drop(bpf);
+    let v = bpftool_dump(&dir.join("slots"));
+    assert_eq!(formatted(&v, 0)["waiters"], 42);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn degraded_without_privileges_runs_and_says_so() {
+    let _g = serial();
+    let dir = pin_dir("degraded");
+    let out = Command::new("setpriv")
+        .args([
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            "--ambient-caps=-all",
+        ])
+        .arg(env!("CARGO_BIN_EXE_slotring-bpf-report"))
+        .arg("--pin-dir")
+        .arg(&dir)
+        .args(["--park-ms", "20", "--reload"])
+        .output()
+        .expect("setpriv (util-linux) runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}\n{stderr}");
+    assert!(out.status.success(), "the child ran on without probes");
+    assert!(
+        stdout.contains("probes: degraded: no privilege"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("counters: ok"),
+        "plain-memory counters work: {stdout}"
+    );
+    assert!(stdout.contains("verdict: UNVERIFIED"), "{stdout}");
+    // Two instances were created (--reload); the degradation is said once.
+    assert_eq!(
+        stderr.matches("running without kernel probes").count(),
+        1,
+        "said once: {stderr}"
+    );
+    assert!(!dir.exists());
+}
+
+#[test]
+fn verifier_rejection_is_a_typed_error_with_the_log() {
+    let _g = serial();
+    match SlotringBpf::check_program("switch_btf", "sched_switch") {
+        Err(BpfError::NoBtf(why)) => {
+            eprintln!("SKIP: kernel has no BTF: {why}");
+            return;
+        }
+        other => other.expect("switch_btf verifies against sched_switch"),
+    }
+    // sched_wakeup has one argument; switch_btf reads three.
+    let err = SlotringBpf::check_program("switch_btf", "sched_wakeup").unwrap_err();
+    match &err {
+        BpfError::Verifier { program, log, .. } => {
+            assert_eq!(program, "switch_btf");
+            assert!(!log.trim().is_empty(), "the verifier log is included");
+        }
+        other => panic!("expected a verifier rejection, got {other}"),
+    }
+    let text = err.to_string();
+    println!("{text}");
+    assert!(
+        text.contains("verifier rejected program `switch_btf`"),
+        "{text}"
+    );
+    assert!(matches!(
+        SlotringBpf::check_program("no_such_prog", "sched_switch"),
+        Err(BpfError::Load { .. })
+    ));
+}
+
+#[test]
+fn abi_matches_btf_of_the_object() {
+    let tmp = std::env::temp_dir().join(format!("slotring-abi-{}.bpf.o", std::process::id()));
+    std::fs::write(&tmp, slotring_bpf::OBJECT).unwrap();
+    let out = Command::new("bpftool")
+        .args(["-j", "btf", "dump", "file"])
+        .arg(&tmp)
+        .output()
+        .expect("bpftool is installed");
+    std::fs::remove_file(&tmp).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let btf: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let types = btf["types"].as_array().unwrap();
+    let check = |c_name: &str, size: usize, layout: Vec<slotring_bpf::FieldLayout>| {
+        let t = types
+            .iter()
+            .find(|t| t["kind"] == "STRUCT" && t["name"] == c_name)
+            .unwrap_or_else(|| panic!("struct {c_name} in BTF"));
+        assert_eq!(t["size"], size as u64, "sizeof(struct {c_name})");
+        let members = t["members"].as_array().unwrap();
+        assert_eq!(members.len(), layout.len(), "{c_name} member count");
+        for (m, f) in members.iter().zip(&layout) {
+            assert_eq!(m["name"], f.name, "{c_name} member order");
+            assert_eq!(
+                m["bits_offset"],
+                (f.offset * 8) as u64,
+                "{c_name}.{}",
+                f.name
+            );
+        }
+    };
+    use slotring_bpf::{Hist, LeaseClock, LeaseSlot, ThreadAcct};
+    check("lease_clock", size_of::<LeaseClock>(), LeaseClock::layout());
+    check("lease_slot", size_of::<LeaseSlot>(), LeaseSlot::layout());
+    check("thread_acct", size_of::<ThreadAcct>(), ThreadAcct::layout());
+    check("hist", size_of::<Hist>(), Hist::layout());
+    check(
+        "throttle_stats",
+        size_of::<ThrottleStats>(),
+        ThrottleStats::layout(),
+    );
+    check("slots_stats", size_of::<SlotStats>(), SlotStats::layout());
+    check("uring_stats", size_of::<UringStats>(), UringStats::layout());
+}
