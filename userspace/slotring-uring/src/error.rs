@@ -1,0 +1,85 @@
+//! The one error type of this crate.
+
+use std::io;
+
+use slotring_throttle::ThrottleError;
+
+/// What can go wrong in the engines. Being throttled is not an error.
+#[derive(Debug, thiserror::Error)]
+pub enum UringError {
+    /// io_uring cannot be used here; `cause` names why (use [`crate::PreadEngine`]).
+    #[error("io_uring is unavailable: {cause}: {source}")]
+    Unavailable {
+        /// Why (`io_uring_disabled` sysctl, seccomp/LSM `EPERM`, old kernel, …).
+        cause: String,
+        /// The error `io_uring_setup` returned.
+        source: io::Error,
+    },
+    /// The request was cancelled (dropped future, [`crate::UringEngine::cancel`],
+    /// or an `-ECANCELED` completion).
+    #[error("request cancelled")]
+    Cancelled,
+    /// A read or write failed.
+    #[error("{op} of {len} bytes at offset {offset} failed: {source}")]
+    Io {
+        /// `"read"` or `"write"`.
+        op: &'static str,
+        /// File offset of the failing piece.
+        offset: u64,
+        /// Bytes asked for.
+        len: u64,
+        /// The kernel's answer.
+        source: io::Error,
+    },
+    /// A ring syscall (`io_uring_enter`, `io_uring_register`) failed.
+    #[error("{what} failed: {source}")]
+    Ring {
+        /// Which call.
+        what: &'static str,
+        /// The kernel's answer.
+        source: io::Error,
+    },
+    /// Charging the throttle chain failed (lifetime limit, overflow, …).
+    #[error(transparent)]
+    Throttle(#[from] ThrottleError),
+    /// Bad input.
+    #[error("invalid {what}: {value}")]
+    Invalid {
+        /// What was invalid.
+        what: &'static str,
+        /// The rejected value.
+        value: u64,
+    },
+}
+
+impl UringError {
+    /// Classify an `io_uring_setup` failure.
+    pub(crate) fn unavailable(source: io::Error) -> Self {
+        let disabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok());
+        let cause = match (source.raw_os_error(), disabled) {
+            (Some(libc::EPERM), Some(2)) => "sysctl kernel.io_uring_disabled=2".to_string(),
+            (Some(libc::EPERM), Some(1)) => {
+                "sysctl kernel.io_uring_disabled=1 and the process is not in kernel.io_uring_group"
+                    .to_string()
+            }
+            (Some(libc::EPERM), _) => "io_uring_setup denied (seccomp or an LSM)".to_string(),
+            (Some(libc::ENOSYS), _) => {
+                "kernel without io_uring (too old or CONFIG_IO_URING=n)".to_string()
+            }
+            (Some(libc::EINVAL), _) => "a setup flag is not supported by this kernel".to_string(),
+            (Some(libc::ENOMEM), _) => "no memory for the ring (RLIMIT_MEMLOCK?)".to_string(),
+            _ => "io_uring_setup failed".to_string(),
+        };
+        UringError::Unavailable { cause, source }
+    }
+
+    /// Whether this is [`UringError::Cancelled`].
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, UringError::Cancelled)
+    }
+}
+
+/// tokio-uring's `BufResult`: the result and the buffer, which is always handed back.
+pub type BufResult<T, B> = (Result<T, UringError>, B);

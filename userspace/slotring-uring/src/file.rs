@@ -1,0 +1,115 @@
+//! [`UringFile`]: a file plus what the engines learned about it.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+use nix::fcntl::{FcntlArg, OFlag, PosixFadviseAdvice, fcntl, posix_fadvise};
+
+/// How page-cache detection treats a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NowaitMode {
+    /// Probe reads with `RWF_NOWAIT` (the default).
+    Probe = 0,
+    /// The filesystem answered `EOPNOTSUPP` and is disk-backed: every read is
+    /// charged as a disk read (never under-charge a block device).
+    Unsupported = 1,
+    /// The filesystem answered `EOPNOTSUPP` and keeps its pages in memory
+    /// (tmpfs/ramfs): every read is a page-cache read.
+    Memory = 2,
+}
+
+/// A file served by the engines. Remembers, per file, whether `RWF_NOWAIT`
+/// works, whether it is `O_DIRECT`, and a size hint used to tell EOF from a
+/// short read and to avoid charging bytes beyond EOF.
+///
+/// Memory ordering: the fields are independent hints that order nothing
+/// else; all accesses are `Relaxed`.
+#[derive(Debug)]
+pub struct UringFile {
+    file: File,
+    direct: bool,
+    mode: AtomicU8,
+    size_hint: AtomicU64,
+}
+
+impl UringFile {
+    /// Wrap `file` (one `fcntl(F_GETFL)` and one `fstat`).
+    pub fn new(file: File) -> io::Result<Arc<Self>> {
+        let flags = fcntl(file.as_fd(), FcntlArg::F_GETFL).map_err(io::Error::from)?;
+        let direct = OFlag::from_bits_truncate(flags).contains(OFlag::O_DIRECT);
+        let size = file.metadata()?.len();
+        Ok(Arc::new(Self {
+            file,
+            direct,
+            mode: AtomicU8::new(NowaitMode::Probe as u8),
+            size_hint: AtomicU64::new(size),
+        }))
+    }
+
+    /// The file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Whether the file was opened with `O_DIRECT` (no detection then).
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// What detection learned about this file.
+    pub fn nowait_mode(&self) -> NowaitMode {
+        match self.mode.load(Ordering::Relaxed) {
+            0 => NowaitMode::Probe,
+            1 => NowaitMode::Unsupported,
+            _ => NowaitMode::Memory,
+        }
+    }
+
+    pub(crate) fn set_nowait_mode(&self, m: NowaitMode) {
+        self.mode.store(m as u8, Ordering::Relaxed);
+    }
+
+    /// The last known size.
+    pub fn size_hint(&self) -> u64 {
+        self.size_hint.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_size(&self, size: u64) {
+        self.size_hint.store(size, Ordering::Relaxed);
+    }
+
+    pub(crate) fn grow_to(&self, end: u64) {
+        self.size_hint.fetch_max(end, Ordering::Relaxed);
+    }
+
+    /// Drop the file's clean pages from the page cache
+    /// (`posix_fadvise(POSIX_FADV_DONTNEED)`), e.g. to make it cold in tests.
+    pub fn evict(&self) -> io::Result<()> {
+        posix_fadvise(
+            self.file.as_fd(),
+            0,
+            0,
+            PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .map_err(io::Error::from)
+    }
+
+    /// Disable readahead for this file (`POSIX_FADV_RANDOM`), so that the disk
+    /// reads exactly what is asked.
+    pub fn advise_random(&self) -> io::Result<()> {
+        posix_fadvise(
+            self.file.as_fd(),
+            0,
+            0,
+            PosixFadviseAdvice::POSIX_FADV_RANDOM,
+        )
+        .map_err(io::Error::from)
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}

@@ -1,0 +1,691 @@
+//! The single unsafe boundary of this crate.
+//!
+//! Two things live here and nowhere else:
+//!
+//! * [`Syscalls`], the one seam through which every syscall of the engines
+//!   passes (`io_uring_setup`, `io_uring_enter`, `io_uring_register`,
+//!   `preadv2`, `pwrite`, `cachestat`, `fstat`, `fstatfs`) and through which
+//!   every completion result is read. Tests replace it to inject faults.
+//! * [`Ring`], the owner of the io_uring instance *and* of every buffer and
+//!   timespec the kernel may touch. An SQE can only point into memory this
+//!   module owns, and that memory is handed back ([`Ring::take`]) only once
+//!   the last CQE of its slot has been reaped. This is the invariant that
+//!   makes every `unsafe` block below sound: **a buffer in flight belongs to
+//!   the ring until its completion arrives**, whatever happened to the future
+//!   or request that lent it. Dropping a `Ring` with IO in flight cancels it
+//!   and waits for every outstanding CQE before the memory is released.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+
+use io_uring::{IoUring, cqueue, opcode, squeue, types};
+
+/// `cachestat(2)` is syscall 451 on every 64-bit Linux architecture we build for.
+const SYS_CACHESTAT: libc::c_long = 451;
+const IORING_ENTER_GETEVENTS: u32 = 1;
+const IORING_ENTER_SQ_WAKEUP: u32 = 2;
+const TMPFS_MAGIC: i64 = 0x0102_1994;
+const RAMFS_MAGIC: i64 = 0x8584_58f6;
+
+/// `io_uring_setup` configuration (see [`crate::RingConfig`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetupParams {
+    /// SQ entries.
+    pub entries: u32,
+    /// CQ entries (0 = kernel default, twice `entries`).
+    pub cq_entries: u32,
+    /// `IORING_SETUP_SQPOLL` with this idle time in ms.
+    pub sqpoll_idle_ms: Option<u32>,
+    /// `IORING_SETUP_COOP_TASKRUN`.
+    pub coop_taskrun: bool,
+    /// `IORING_SETUP_SINGLE_ISSUER`.
+    pub single_issuer: bool,
+    /// `IORING_SETUP_DEFER_TASKRUN` (requires `single_issuer`).
+    pub defer_taskrun: bool,
+}
+
+/// What `cachestat(2)` reports for a byte range.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStat {
+    /// Pages of the range in the page cache.
+    pub nr_cache: u64,
+    /// Dirty pages.
+    pub nr_dirty: u64,
+    /// Pages under writeback.
+    pub nr_writeback: u64,
+    /// Pages evicted.
+    pub nr_evicted: u64,
+    /// Pages recently evicted.
+    pub nr_recently_evicted: u64,
+}
+
+/// The syscall seam (aya-style): every syscall the engines make goes through
+/// one of these methods. The defaults are the real syscalls; a test overrides
+/// a method to inject a fault and delegates the rest.
+pub trait Syscalls: Send + 'static {
+    /// `io_uring_setup` + mmap of the rings.
+    fn io_uring_setup(&mut self, p: &SetupParams) -> io::Result<IoUring> {
+        let mut b = IoUring::builder();
+        if p.cq_entries != 0 {
+            b.setup_cqsize(p.cq_entries);
+        }
+        if let Some(idle) = p.sqpoll_idle_ms {
+            b.setup_sqpoll(idle);
+        }
+        if p.coop_taskrun {
+            b.setup_coop_taskrun();
+        }
+        if p.single_issuer {
+            b.setup_single_issuer();
+        }
+        if p.defer_taskrun {
+            b.setup_defer_taskrun();
+        }
+        b.build(p.entries)
+    }
+
+    /// `io_uring_enter(ring, to_submit, min_complete, flags, NULL, 0)`.
+    fn io_uring_enter(
+        &mut self,
+        ring: &IoUring,
+        to_submit: u32,
+        min_complete: u32,
+        flags: u32,
+    ) -> io::Result<usize> {
+        // SAFETY: no argument pointer is passed (arg = NULL, size 0); the SQEs
+        // the kernel consumes were written by `Ring::push_*`, and each points
+        // only into memory owned by a `Ring` slot that stays alive until its
+        // CQE is reaped (the module invariant).
+        unsafe {
+            ring.submitter()
+                .enter::<libc::sigset_t>(to_submit, min_complete, flags, None)
+        }
+    }
+
+    /// `io_uring_register(IORING_REGISTER_EVENTFD)`: signal `efd` on every CQE.
+    fn io_uring_register_eventfd(&mut self, ring: &IoUring, efd: RawFd) -> io::Result<()> {
+        ring.submitter().register_eventfd(efd)
+    }
+
+    /// Every completion passes here before the engine sees it; tests rewrite
+    /// `res` to inject `-EINTR`, `-EAGAIN`, short reads or `-ECANCELED`.
+    fn completion(&mut self, _user_data: u64, _res: &mut i32) {}
+
+    /// How many free SQ entries to report (tests shrink it to force "SQ full").
+    fn sq_room(&mut self, real: usize) -> usize {
+        real
+    }
+
+    /// `preadv2(fd, [buf], off, flags)`.
+    fn preadv2(&mut self, fd: RawFd, buf: &mut [u8], off: u64, flags: i32) -> io::Result<usize> {
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let off =
+            libc::off_t::try_from(off).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `iov` describes exactly `buf`, which is exclusively borrowed
+        // for the duration of this synchronous call.
+        let r = unsafe { libc::preadv2(fd, &iov, 1, off, flags) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    /// `pwrite(fd, buf, off)`.
+    fn pwrite(&mut self, fd: RawFd, buf: &[u8], off: u64) -> io::Result<usize> {
+        let off =
+            libc::off_t::try_from(off).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `buf` is borrowed for the duration of this synchronous call
+        // and the kernel only reads `buf.len()` bytes from it.
+        let r = unsafe { libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), off) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    /// `cachestat(fd, {off, len}, &out, 0)` (Linux 6.5+; `ENOSYS` before).
+    fn cachestat(&mut self, fd: RawFd, off: u64, len: u64) -> io::Result<CacheStat> {
+        let range: [u64; 2] = [off, len];
+        let mut out = [0u64; 5];
+        // SAFETY: `range` is a valid `struct cachestat_range` (two u64) and
+        // `out` a writable `struct cachestat` (five u64), both alive for the
+        // duration of this synchronous call.
+        let r = unsafe { libc::syscall(SYS_CACHESTAT, fd, range.as_ptr(), out.as_mut_ptr(), 0) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(CacheStat {
+            nr_cache: out[0],
+            nr_dirty: out[1],
+            nr_writeback: out[2],
+            nr_evicted: out[3],
+            nr_recently_evicted: out[4],
+        })
+    }
+
+    /// The file's size (`fstat`).
+    fn file_size(&mut self, fd: RawFd) -> io::Result<u64> {
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: `st` is writable memory of the size `fstat` fills; the
+        // kernel validates `fd` (a bad one is `EBADF`, not UB).
+        let r = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fstat` returned 0, so it initialised `st`.
+        let st = unsafe { st.assume_init() };
+        Ok(u64::try_from(st.st_size).unwrap_or(0))
+    }
+
+    /// Whether the file lives in memory (tmpfs/ramfs), via `fstatfs`.
+    fn fs_is_memory(&mut self, fd: RawFd) -> io::Result<bool> {
+        let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+        // SAFETY: as for `fstat` above.
+        let r = unsafe { libc::fstatfs(fd, st.as_mut_ptr()) };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fstatfs` returned 0, so it initialised `st`.
+        let st = unsafe { st.assume_init() };
+        #[allow(
+            clippy::unnecessary_cast,
+            reason = "f_type's type differs across architectures"
+        )]
+        let magic = st.f_type as i64;
+        Ok(magic == TMPFS_MAGIC || magic == RAMFS_MAGIC)
+    }
+}
+
+/// The real kernel, no overrides.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealSyscalls;
+
+impl Syscalls for RealSyscalls {}
+
+/// What a slot's SQE is for (the low bits of `user_data`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tag {
+    /// The read or write.
+    Io = 0,
+    /// A timeout linked before the IO (a throttle wait).
+    Wait = 1,
+    /// An `ASYNC_CANCEL`.
+    Cancel = 2,
+    /// A standalone timeout after the IO (a page-cache charge's wait).
+    PostWait = 3,
+}
+
+impl Tag {
+    fn from_bits(b: u64) -> Tag {
+        match b & 3 {
+            0 => Tag::Io,
+            1 => Tag::Wait,
+            2 => Tag::Cancel,
+            _ => Tag::PostWait,
+        }
+    }
+}
+
+/// Identifies a slot of a [`Ring`] (index + generation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct SlotId {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+fn user_data(index: u32, tag: Tag) -> u64 {
+    (u64::from(index) << 2) | tag as u64
+}
+
+struct Slot<T> {
+    generation: u32,
+    /// The memory the kernel may read or write while `outstanding > 0`.
+    buf: Vec<u8>,
+    /// Kept boxed so that its address survives a reallocation of `slots`.
+    ts: Box<types::Timespec>,
+    /// SQEs pushed whose CQE has not been reaped yet.
+    outstanding: u32,
+    data: Option<T>,
+}
+
+/// An IO SQE's description (the buffer is the slot's own).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IoSqe {
+    pub(crate) fd: RawFd,
+    pub(crate) write: bool,
+    /// Byte range of the slot's buffer.
+    pub(crate) start: usize,
+    pub(crate) len: u32,
+    pub(crate) offset: u64,
+    pub(crate) nowait: bool,
+}
+
+/// An io_uring instance plus the slab of slots whose memory it lends to the
+/// kernel. `T` is the engine's per-request state.
+pub(crate) struct Ring<T> {
+    ring: IoUring,
+    sys: Box<dyn Syscalls>,
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    /// SQEs pushed but not yet submitted.
+    unsubmitted: u32,
+    sqpoll: bool,
+    overflow_seen: u64,
+}
+
+/// A reaped completion.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Cqe {
+    pub(crate) slot: u32,
+    pub(crate) tag: Tag,
+    pub(crate) res: i32,
+}
+
+impl<T> Ring<T> {
+    /// Set up a ring through `sys`.
+    pub(crate) fn new(mut sys: Box<dyn Syscalls>, p: &SetupParams) -> io::Result<Self> {
+        let ring = sys.io_uring_setup(p)?;
+        Ok(Self {
+            sqpoll: ring.params().is_setup_sqpoll(),
+            ring,
+            sys,
+            slots: Vec::new(),
+            free: Vec::new(),
+            unsubmitted: 0,
+            overflow_seen: 0,
+        })
+    }
+
+    /// The syscall seam.
+    pub(crate) fn sys(&mut self) -> &mut dyn Syscalls {
+        self.sys.as_mut()
+    }
+
+    /// Register `efd` to be signalled on every CQE.
+    pub(crate) fn register_eventfd(&mut self, efd: RawFd) -> io::Result<()> {
+        self.sys.io_uring_register_eventfd(&self.ring, efd)
+    }
+
+    /// Take a slot for `buf` and `data`.
+    pub(crate) fn alloc(&mut self, buf: Vec<u8>, data: T) -> SlotId {
+        if let Some(index) = self.free.pop() {
+            let s = &mut self.slots[index as usize];
+            s.generation = s.generation.wrapping_add(1);
+            s.buf = buf;
+            s.data = Some(data);
+            s.outstanding = 0;
+            SlotId {
+                index,
+                generation: s.generation,
+            }
+        } else {
+            let index = u32::try_from(self.slots.len()).expect("fewer than 2^32 slots");
+            self.slots.push(Slot {
+                generation: 0,
+                buf,
+                ts: Box::new(types::Timespec::new()),
+                outstanding: 0,
+                data: Some(data),
+            });
+            SlotId {
+                index,
+                generation: 0,
+            }
+        }
+    }
+
+    fn slot(&self, id: SlotId) -> Option<&Slot<T>> {
+        self.slots
+            .get(id.index as usize)
+            .filter(|s| s.generation == id.generation && s.data.is_some())
+    }
+
+    /// The request state of a live slot.
+    pub(crate) fn data(&self, id: SlotId) -> Option<&T> {
+        self.slot(id).and_then(|s| s.data.as_ref())
+    }
+
+    /// The request state of a live slot.
+    pub(crate) fn data_mut(&mut self, id: SlotId) -> Option<&mut T> {
+        self.slots
+            .get_mut(id.index as usize)
+            .filter(|s| s.generation == id.generation)
+            .and_then(|s| s.data.as_mut())
+    }
+
+    /// The id of the live slot at `index`.
+    pub(crate) fn id_at(&self, index: u32) -> Option<SlotId> {
+        let s = self.slots.get(index as usize)?;
+        s.data.as_ref().map(|_| SlotId {
+            index,
+            generation: s.generation,
+        })
+    }
+
+    /// Ids of every live slot.
+    pub(crate) fn live(&self) -> Vec<SlotId> {
+        (0..self.slots.len() as u32)
+            .filter_map(|i| self.id_at(i))
+            .collect()
+    }
+
+    /// Number of live slots.
+    pub(crate) fn live_count(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    /// CQEs still owed to slot `id`.
+    pub(crate) fn outstanding(&self, id: SlotId) -> u32 {
+        self.slot(id).map_or(0, |s| s.outstanding)
+    }
+
+    /// Total CQEs owed.
+    pub(crate) fn total_outstanding(&self) -> u64 {
+        self.slots.iter().map(|s| u64::from(s.outstanding)).sum()
+    }
+
+    /// Release slot `id`, returning its buffer and state — only when no CQE is
+    /// owed any more (otherwise `None` and nothing changes).
+    pub(crate) fn take(&mut self, id: SlotId) -> Option<(Vec<u8>, T)> {
+        let s = self.slots.get_mut(id.index as usize)?;
+        if s.generation != id.generation || s.outstanding != 0 || s.data.is_none() {
+            return None;
+        }
+        let data = s.data.take()?;
+        let buf = std::mem::take(&mut s.buf);
+        self.free.push(id.index);
+        Some((buf, data))
+    }
+
+    fn room(&mut self) -> usize {
+        let real = {
+            // SAFETY: `submission_shared` requires that no other
+            // `SubmissionQueue` of this ring is alive; this `Ring` is the only
+            // user and the queue is dropped at the end of this block.
+            let sq = unsafe { self.ring.submission_shared() };
+            sq.capacity() - sq.len()
+        };
+        self.sys.sq_room(real)
+    }
+
+    /// Make room for `n` SQEs, submitting if the SQ is full. Returns the number
+    /// of times the SQ was found full.
+    fn reserve_sq(&mut self, n: usize) -> io::Result<u64> {
+        let mut full = 0;
+        while self.room() < n {
+            full += 1;
+            // Submit only (CQEs are left for the engine to reap; with
+            // FEAT_NODROP an overflowing CQ keeps them in the kernel).
+            match self.enter(0) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::EBUSY | libc::EAGAIN)
+                    ) => {}
+                Err(e) => return Err(e),
+            }
+            if full > 1_000_000 {
+                return Err(io::Error::other("submission queue stays full"));
+            }
+        }
+        Ok(full)
+    }
+
+    fn push_entries(&mut self, id: SlotId, entries: &[squeue::Entry]) -> io::Result<u64> {
+        let full = self.reserve_sq(entries.len())?;
+        {
+            let mut sq = self.ring.submission();
+            // SAFETY: every entry points only into `self.slots[id]` (its
+            // buffer, or its boxed timespec), which is not released before
+            // the CQE of each entry is reaped (`outstanding` is raised below
+            // and `take` refuses while it is non-zero; `Drop` waits for all).
+            unsafe { sq.push_multiple(entries) }
+                .map_err(|_| io::Error::other("submission queue full after making room"))?;
+        }
+        let s = &mut self.slots[id.index as usize];
+        s.outstanding += entries.len() as u32;
+        self.unsubmitted += entries.len() as u32;
+        Ok(full)
+    }
+
+    fn io_entry(&mut self, id: SlotId, io: IoSqe) -> io::Result<squeue::Entry> {
+        let s = self
+            .slots
+            .get_mut(id.index as usize)
+            .filter(|s| s.generation == id.generation && s.data.is_some())
+            .ok_or_else(|| io::Error::other("IO on a released slot"))?;
+        let end = io
+            .start
+            .checked_add(io.len as usize)
+            .filter(|&e| e <= s.buf.len());
+        if end.is_none() {
+            return Err(io::Error::other(format!(
+                "IO range {}+{} outside its buffer of {}",
+                io.start,
+                io.len,
+                s.buf.len()
+            )));
+        }
+        let ptr = s.buf[io.start..].as_mut_ptr();
+        let ud = user_data(id.index, Tag::Io);
+        let fd = types::Fd(io.fd);
+        Ok(if io.write {
+            opcode::Write::new(fd, ptr, io.len)
+                .offset(io.offset)
+                .build()
+                .user_data(ud)
+        } else {
+            let flags = if io.nowait { libc::RWF_NOWAIT } else { 0 };
+            // Never IOSQE_ASYNC here: it silently defeats RWF_NOWAIT.
+            opcode::Read::new(fd, ptr, io.len)
+                .offset(io.offset)
+                .rw_flags(flags)
+                .build()
+                .user_data(ud)
+        })
+    }
+
+    fn timeout_entry(&mut self, id: SlotId, deadline_ns: u64, tag: Tag) -> squeue::Entry {
+        let s = &mut self.slots[id.index as usize];
+        *s.ts = types::Timespec::new()
+            .sec(deadline_ns / 1_000_000_000)
+            .nsec((deadline_ns % 1_000_000_000) as u32);
+        let ts: *const types::Timespec = &*s.ts;
+        let flags = if tag == Tag::Wait {
+            types::TimeoutFlags::ABS | types::TimeoutFlags::ETIME_SUCCESS
+        } else {
+            types::TimeoutFlags::ABS
+        };
+        opcode::Timeout::new(ts)
+            .flags(flags)
+            .build()
+            .user_data(user_data(id.index, tag))
+    }
+
+    /// Queue an IO, optionally behind an absolute CLOCK_MONOTONIC timeout
+    /// linked to it (expiry continues the chain). Returns how often the SQ was found full.
+    pub(crate) fn push_io(
+        &mut self,
+        id: SlotId,
+        io: IoSqe,
+        wait_until: Option<u64>,
+    ) -> io::Result<u64> {
+        let e = self.io_entry(id, io)?;
+        match wait_until {
+            Some(deadline) => {
+                // ETIME_SUCCESS: an expired wait keeps the chain going (as a
+                // hard link would); a *cancelled* wait fails it, so the
+                // linked IO completes with -ECANCELED instead of running
+                // early. A hard link would ignore the cancel and issue the IO
+                // at once.
+                let t = self
+                    .timeout_entry(id, deadline, Tag::Wait)
+                    .flags(squeue::Flags::IO_LINK);
+                self.push_entries(id, &[t, e])
+            }
+            None => self.push_entries(id, &[e]),
+        }
+    }
+
+    /// Queue a standalone absolute timeout.
+    pub(crate) fn push_post_wait(&mut self, id: SlotId, deadline_ns: u64) -> io::Result<u64> {
+        let t = self.timeout_entry(id, deadline_ns, Tag::PostWait);
+        self.push_entries(id, &[t])
+    }
+
+    /// Queue `ASYNC_CANCEL`s for the slot's IO and its wait.
+    pub(crate) fn push_cancel(&mut self, id: SlotId, tags: &[Tag]) -> io::Result<u64> {
+        let entries: Vec<squeue::Entry> = tags
+            .iter()
+            .map(|&t| {
+                opcode::AsyncCancel::new(user_data(id.index, t))
+                    .build()
+                    .user_data(user_data(id.index, Tag::Cancel))
+            })
+            .collect();
+        self.push_entries(id, &entries)
+    }
+
+    /// Whether the kernel flagged a CQ overflow (with `FEAT_NODROP` it keeps
+    /// the completions and flushes them at the next `GETEVENTS` enter).
+    pub(crate) fn cq_overflow_flag(&mut self) -> bool {
+        // SAFETY: see `room`: no other `SubmissionQueue` is alive.
+        let sq = unsafe { self.ring.submission_shared() };
+        sq.cq_overflow()
+    }
+
+    /// Overflow episodes observed so far.
+    pub(crate) fn overflows_seen(&self) -> u64 {
+        self.overflow_seen
+    }
+
+    /// Submit what is queued and wait for at least `want` completions
+    /// (through the seam). Retries `EINTR`; `EBUSY`/`EAGAIN` are returned so
+    /// the caller can reap first.
+    pub(crate) fn enter(&mut self, want: u32) -> io::Result<usize> {
+        let overflow = self.cq_overflow_flag();
+        if overflow {
+            self.overflow_seen += 1;
+        }
+        let mut flags = 0;
+        if want > 0 || overflow {
+            flags |= IORING_ENTER_GETEVENTS;
+        }
+        if self.sqpoll {
+            // SAFETY: see `room`.
+            let sq = unsafe { self.ring.submission_shared() };
+            if sq.need_wakeup() {
+                flags |= IORING_ENTER_SQ_WAKEUP;
+            }
+        }
+        let to_submit = self.unsubmitted;
+        let r = self.sys.io_uring_enter(&self.ring, to_submit, want, flags);
+        match r {
+            Ok(n) => {
+                self.unsubmitted = self.unsubmitted.saturating_sub(n as u32);
+                if self.sqpoll {
+                    self.unsubmitted = 0;
+                }
+                Ok(n)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether SQEs are waiting to be submitted.
+    pub(crate) fn has_unsubmitted(&self) -> bool {
+        self.unsubmitted > 0
+    }
+
+    /// Pop every available CQE (each through the seam), lowering `outstanding`.
+    pub(crate) fn reap(&mut self, out: &mut Vec<Cqe>) {
+        let cq = self.ring.completion();
+        for c in cq {
+            let c: cqueue::Entry = c;
+            let ud = c.user_data();
+            let mut res = c.result();
+            self.sys.completion(ud, &mut res);
+            let slot = (ud >> 2) as u32;
+            if let Some(s) = self.slots.get_mut(slot as usize) {
+                s.outstanding = s.outstanding.saturating_sub(1);
+            }
+            out.push(Cqe {
+                slot,
+                tag: Tag::from_bits(ud),
+                res,
+            });
+        }
+    }
+
+    /// The ring's fd.
+    pub(crate) fn fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+}
+
+impl<T> Drop for Ring<T> {
+    fn drop(&mut self) {
+        // Nothing the kernel may still write to is freed before its CQE.
+        let ids: Vec<SlotId> = self
+            .live()
+            .into_iter()
+            .filter(|&id| self.outstanding(id) > 0)
+            .collect();
+        for id in ids {
+            let _ = self.push_cancel(id, &[Tag::Wait, Tag::Io, Tag::PostWait]);
+        }
+        let mut sink = Vec::new();
+        let mut spins = 0u32;
+        while self.slots.iter().any(|s| s.outstanding > 0) {
+            match self.enter(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EAGAIN)) => {}
+                Err(_) => {
+                    spins += 1;
+                    if spins > 1000 {
+                        // The ring cannot be entered any more: leak the memory
+                        // rather than free what the kernel may still write.
+                        for s in &mut self.slots {
+                            if s.outstanding > 0 {
+                                std::mem::forget(std::mem::take(&mut s.buf));
+                                std::mem::forget(std::mem::replace(
+                                    &mut s.ts,
+                                    Box::new(types::Timespec::new()),
+                                ));
+                            }
+                        }
+                        return;
+                    }
+                }
+            }
+            sink.clear();
+            self.reap(&mut sink);
+        }
+    }
+}
+
+/// The current CLOCK_MONOTONIC time in ns (what absolute io_uring timeouts use).
+pub(crate) fn monotonic_now_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+    (ts.tv_sec() as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec() as u64)
+}
+
+/// A non-blocking eventfd registered with the current tokio reactor.
+pub(crate) fn async_eventfd() -> io::Result<tokio::io::unix::AsyncFd<nix::sys::eventfd::EventFd>> {
+    use nix::sys::eventfd::{EfdFlags, EventFd};
+    let efd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
+    // SAFETY: `EventFd` owns its descriptor, which therefore stays open and
+    // unchanged (`as_raw_fd` always returns it) until the `AsyncFd` drops it.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(efd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)
+}

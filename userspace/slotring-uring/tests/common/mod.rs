@@ -1,0 +1,235 @@
+//! Shared helpers for the real-kernel tests.
+#![allow(dead_code, reason = "each test binary uses a subset")]
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use slotring_throttle::{ThrottlePtr, Throttler};
+use slotring_uring::{IoUring, RealSyscalls, Syscalls, UringFile};
+
+/// A directory on a real disk (not tmpfs), for page-cache tests.
+pub fn disk_dir() -> PathBuf {
+    for cand in [
+        std::env::temp_dir(),
+        PathBuf::from("/var/tmp"),
+        std::env::current_dir().unwrap(),
+    ] {
+        if let Ok(st) = nix::sys::statfs::statfs(&cand) {
+            let magic = st.filesystem_type().0;
+            if magic != 0x0102_1994 && magic != 0x8584_58f6 {
+                return cand;
+            }
+        }
+    }
+    panic!("no disk-backed directory found for page-cache tests");
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A small xorshift RNG.
+pub struct Rng(pub u64);
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// A file on disk with `len` pattern bytes, synced (so it can be evicted).
+pub struct TestFile {
+    pub file: Arc<UringFile>,
+    pub data: Vec<u8>,
+    _tmp: tempfile::TempPath,
+}
+
+pub fn disk_file(len: usize, seed: u64) -> TestFile {
+    file_in(&disk_dir(), len, seed)
+}
+
+pub fn file_in(dir: &std::path::Path, len: usize, seed: u64) -> TestFile {
+    let data = pattern(len, seed);
+    let tmp = tempfile::Builder::new()
+        .prefix("slotring-uring-")
+        .tempfile_in(dir)
+        .unwrap();
+    let (mut f, path) = tmp.into_parts();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    TestFile {
+        file: UringFile::new(f).unwrap(),
+        data,
+        _tmp: path,
+    }
+}
+
+pub fn open_rw(path: &std::path::Path) -> File {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap()
+}
+
+/// Pages of `[off, off+len)` in the page cache, per cachestat(2).
+pub fn cached_pages(f: &UringFile, off: u64, len: u64) -> u64 {
+    use std::os::fd::AsRawFd;
+    RealSyscalls
+        .cachestat(f.file().as_raw_fd(), off, len)
+        .unwrap()
+        .nr_cache
+}
+
+/// A block-device throttler under a non-block-device parent.
+pub fn disk_chain(
+    disk_rate: u64,
+    parent_rate: u64,
+) -> (Arc<Throttler>, Arc<Throttler>, ThrottlePtr) {
+    let parent = Arc::new(
+        Throttler::builder(parent_rate)
+            .name("user")
+            .build()
+            .unwrap(),
+    );
+    let disk = Arc::new(
+        Throttler::builder(disk_rate)
+            .limits_block_device_bandwidth(true)
+            .parent(parent.clone())
+            .name("disk")
+            .build()
+            .unwrap(),
+    );
+    let chain: ThrottlePtr = disk.clone();
+    (disk, parent, chain)
+}
+
+pub const NO_CAP: Duration = slotring_throttle::UNLIMITED_BLOCK;
+
+/// What to inject, consumed in order.
+#[derive(Debug, Default)]
+pub struct Plan {
+    /// Results to substitute for the next IO completions (tag 0), in order.
+    pub io_results: Vec<Rewrite>,
+    /// Errors to return from the next `io_uring_enter` calls, in order.
+    pub enter_errors: Vec<i32>,
+    /// Report a full SQ this many times.
+    pub sq_full: u32,
+    /// Fail io_uring_setup with this errno.
+    pub setup_errno: Option<i32>,
+    /// Errors to return from the next preadv2 calls (before the real call).
+    pub pread_errors: Vec<i32>,
+    /// Halve the next preadv2 results this many times.
+    pub pread_short: u32,
+    /// Log of every call made, by name.
+    pub log: Vec<&'static str>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum Rewrite {
+    Errno(i32),
+    Half,
+}
+
+/// The real kernel, with faults injected per the shared plan.
+pub struct FaultSys(pub Arc<Mutex<Plan>>);
+
+impl Syscalls for FaultSys {
+    fn io_uring_setup(&mut self, p: &slotring_uring::SetupParams) -> std::io::Result<IoUring> {
+        let mut plan = self.0.lock().unwrap();
+        plan.log.push("io_uring_setup");
+        if let Some(e) = plan.setup_errno {
+            return Err(std::io::Error::from_raw_os_error(e));
+        }
+        RealSyscalls.io_uring_setup(p)
+    }
+    fn io_uring_enter(&mut self, ring: &IoUring, s: u32, m: u32, f: u32) -> std::io::Result<usize> {
+        {
+            let mut plan = self.0.lock().unwrap();
+            plan.log.push("io_uring_enter");
+            if !plan.enter_errors.is_empty() {
+                let e = plan.enter_errors.remove(0);
+                return Err(std::io::Error::from_raw_os_error(e));
+            }
+        }
+        RealSyscalls.io_uring_enter(ring, s, m, f)
+    }
+    fn completion(&mut self, user_data: u64, res: &mut i32) {
+        let mut plan = self.0.lock().unwrap();
+        if user_data & 3 == 0 && !plan.io_results.is_empty() {
+            match plan.io_results.remove(0) {
+                Rewrite::Errno(e) => *res = -e,
+                Rewrite::Half => {
+                    if *res > 1 {
+                        *res /= 2;
+                    }
+                }
+            }
+        }
+    }
+    fn sq_room(&mut self, real: usize) -> usize {
+        let mut plan = self.0.lock().unwrap();
+        if plan.sq_full > 0 {
+            plan.sq_full -= 1;
+            0
+        } else {
+            real
+        }
+    }
+    fn preadv2(&mut self, fd: i32, buf: &mut [u8], off: u64, flags: i32) -> std::io::Result<usize> {
+        {
+            let mut plan = self.0.lock().unwrap();
+            plan.log.push(if flags != 0 {
+                "preadv2_nowait"
+            } else {
+                "pread"
+            });
+            if !plan.pread_errors.is_empty() {
+                let e = plan.pread_errors.remove(0);
+                return Err(std::io::Error::from_raw_os_error(e));
+            }
+            if plan.pread_short > 0 && buf.len() > 1 {
+                plan.pread_short -= 1;
+                let half = buf.len() / 2;
+                return RealSyscalls.preadv2(fd, &mut buf[..half], off, flags);
+            }
+        }
+        RealSyscalls.preadv2(fd, buf, off, flags)
+    }
+    fn cachestat(
+        &mut self,
+        fd: i32,
+        off: u64,
+        len: u64,
+    ) -> std::io::Result<slotring_uring::CacheStat> {
+        self.0.lock().unwrap().log.push("cachestat");
+        RealSyscalls.cachestat(fd, off, len)
+    }
+}
+
+pub fn fault_plan() -> Arc<Mutex<Plan>> {
+    Arc::new(Mutex::new(Plan::default()))
+}

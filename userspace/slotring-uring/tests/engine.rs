@@ -1,0 +1,400 @@
+//! The shared suite, run on the real kernel against both engines behind
+//! [`IoEngine`]: io_uring and the pread fallback.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use slotring_throttle::{Throttle, ThrottlePtr, Throttler, ThrottlerArray};
+use slotring_uring::{IoEngine, NowaitMode, PreadEngine, RingConfig, UringEngine, UringFile};
+
+fn uring() -> Box<dyn IoEngine> {
+    Box::new(UringEngine::new(&RingConfig::default()).expect("io_uring is enabled on this machine"))
+}
+
+fn pread() -> Box<dyn IoEngine> {
+    Box::new(PreadEngine::new(Default::default()))
+}
+
+/// Evict `f` and check that the kernel really dropped it.
+fn make_cold(f: &UringFile, len: u64) {
+    f.evict().unwrap();
+    assert_eq!(
+        cached_pages(f, 0, len),
+        0,
+        "posix_fadvise(DONTNEED) left pages cached"
+    );
+}
+
+fn hit_and_miss(make: fn() -> Box<dyn IoEngine>) {
+    let tf = disk_file(1 << 20, 1);
+    let off = 256 << 10;
+    let len = 128 << 10;
+    // Rarely (about 3 in 1,600 on this machine) the kernel answers a cold
+    // NOWAIT read with data after doing the IO itself; then it looks like a
+    // hit. Try again on a fresh engine in that case (bounded).
+    let mut attempt = 0;
+    let (mut e, disk, parent, chain) = loop {
+        attempt += 1;
+        let mut e = make();
+        let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
+        make_cold(&tf.file, 1 << 20);
+        // Cold: a disk read, charged to the block-device throttler and its parent.
+        let (r, buf) = e.read_at(&tf.file, vec![0; len], off, Some(&chain), NO_CAP);
+        assert_eq!(r.unwrap(), len);
+        assert_eq!(buf, tf.data[off as usize..off as usize + len]);
+        if e.counters().nowait_misses == 1 || attempt == 3 {
+            break (e, disk, parent, chain);
+        }
+        eprintln!("the kernel served a cold NOWAIT read with data; retrying");
+    };
+    let c = e.counters();
+    assert_eq!(
+        c.nowait_misses, 1,
+        "the cold read was detected as a miss: {c:?}"
+    );
+    assert_eq!(c.page_cache_bytes, 0);
+    assert_eq!(disk.counters().amount, len as u64);
+    assert_eq!(parent.counters().amount, len as u64);
+    // Hot: page cache; the block device does not count it, the parent does.
+    let (r, buf) = e.read_at(&tf.file, vec![0; len], off, Some(&chain), NO_CAP);
+    assert_eq!(r.unwrap(), len);
+    assert_eq!(buf, tf.data[off as usize..off as usize + len]);
+    let c = e.counters();
+    assert_eq!(c.page_cache_hits, 1);
+    assert_eq!(c.page_cache_bytes, len as u64);
+    assert_eq!(
+        disk.counters().amount,
+        len as u64,
+        "page-cache bytes skip the disk throttler"
+    );
+    assert_eq!(disk.counters().page_cache_amount, len as u64);
+    assert_eq!(
+        parent.counters().amount,
+        2 * len as u64,
+        "the parent charges page-cache bytes"
+    );
+    assert_eq!(c.reads, 2);
+    assert_eq!(c.read_bytes, 2 * len as u64);
+}
+
+fn partial_hit(mut e: Box<dyn IoEngine>) {
+    let tf = disk_file(1 << 20, 2);
+    let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
+    make_cold(&tf.file, 1 << 20);
+    // Warm the first 64 KiB only.
+    let (r, _) = e.read_at(&tf.file, vec![0; 64 << 10], 0, None, NO_CAP);
+    assert_eq!(r.unwrap(), 64 << 10);
+    let before = e.counters();
+    let (r, buf) = e.read_at(&tf.file, vec![0; 256 << 10], 0, Some(&chain), NO_CAP);
+    assert_eq!(r.unwrap(), 256 << 10);
+    assert_eq!(buf, tf.data[..256 << 10]);
+    let c = e.counters();
+    let pc = c.page_cache_bytes - before.page_cache_bytes;
+    assert!(
+        pc >= 64 << 10,
+        "the cached prefix is a page-cache read ({pc})"
+    );
+    assert_eq!(
+        disk.counters().amount + pc,
+        256 << 10,
+        "the rest is charged to the disk"
+    );
+    assert_eq!(parent.counters().amount, 256 << 10);
+}
+
+fn no_detection_without_a_caring_throttler(mut e: Box<dyn IoEngine>) {
+    let tf = disk_file(256 << 10, 3);
+    let plain: ThrottlePtr = Arc::new(Throttler::new(1 << 30).unwrap());
+    make_cold(&tf.file, 256 << 10);
+    let (r, buf) = e.read_at(&tf.file, vec![0; 256 << 10], 0, Some(&plain), NO_CAP);
+    assert_eq!(r.unwrap(), 256 << 10);
+    assert_eq!(buf, tf.data);
+    let c = e.counters();
+    assert_eq!(
+        (c.nowait_misses, c.page_cache_hits, c.cachestat_checks),
+        (0, 0, 0)
+    );
+}
+
+fn eof_and_empty(mut e: Box<dyn IoEngine>) {
+    let tf = disk_file(10_000, 4);
+    let (disk, _parent, chain) = disk_chain(1 << 30, 1 << 30);
+    let (r, buf) = e.read_at(&tf.file, vec![0; 8192], 4096, Some(&chain), NO_CAP);
+    assert_eq!(
+        r.unwrap(),
+        10_000 - 4096,
+        "a read across EOF returns what exists"
+    );
+    assert_eq!(buf[..10_000 - 4096], tf.data[4096..]);
+    let (r, _) = e.read_at(&tf.file, vec![0; 4096], 20_000, Some(&chain), NO_CAP);
+    assert_eq!(r.unwrap(), 0, "a read past EOF returns 0");
+    let empty = disk_file(0, 5);
+    let d0 = disk.counters().amount;
+    let (r, _) = e.read_at(&empty.file, vec![0; 4096], 0, Some(&chain), NO_CAP);
+    assert_eq!(r.unwrap(), 0);
+    assert_eq!(
+        disk.counters().amount,
+        d0,
+        "nothing beyond EOF is charged to the disk"
+    );
+}
+
+fn write_then_read(mut e: Box<dyn IoEngine>) {
+    let tf = disk_file(0, 6);
+    let t = Arc::new(Throttler::new(1 << 30).unwrap());
+    let tp: ThrottlePtr = t.clone();
+    let data = pattern(300_000, 7);
+    let (r, back) = e.write_at(&tf.file, data.clone(), 1000, Some(&tp), NO_CAP);
+    assert_eq!(r.unwrap(), data.len());
+    assert_eq!(back, data, "the buffer is handed back");
+    assert_eq!(t.counters().amount, data.len() as u64);
+    let (r, buf) = e.read_at(&tf.file, vec![0; data.len()], 1000, None, NO_CAP);
+    assert_eq!(r.unwrap(), data.len());
+    assert_eq!(buf, data);
+    let c = e.counters();
+    assert_eq!((c.writes, c.write_bytes), (1, data.len() as u64));
+}
+
+/// A throttled read of N bytes at rate R with burst B takes at least (N-B)/R.
+fn throttled_lower_bound(mut e: Box<dyn IoEngine>) {
+    let tf = disk_file(4 << 20, 8);
+    let rate = 8 << 20;
+    let t = Arc::new(
+        Throttler::builder(rate)
+            .burst(Duration::from_millis(100))
+            .build()
+            .unwrap(),
+    );
+    let tp: ThrottlePtr = t.clone();
+    let n: u64 = 3 << 20;
+    let burst = rate / 10;
+    let start = Instant::now();
+    let mut off = 0;
+    while off < n {
+        let (r, buf) = e.read_at(&tf.file, vec![0; 256 << 10], off, Some(&tp), NO_CAP);
+        assert_eq!(r.unwrap(), 256 << 10);
+        assert_eq!(buf, tf.data[off as usize..off as usize + (256 << 10)]);
+        off += 256 << 10;
+    }
+    let min = Duration::from_nanos((n - burst) * 1_000_000_000 / rate);
+    assert!(
+        start.elapsed() >= min,
+        "{:?} < lower bound {:?}",
+        start.elapsed(),
+        min
+    );
+    assert!(e.counters().waits_submitted > 0);
+    assert_eq!(t.counters().amount, n);
+}
+
+/// Parent and array members are all charged; each keeps its own rate.
+fn chain_and_array_rates(mut e: Box<dyn IoEngine>) {
+    let tf = disk_file(2 << 20, 9);
+    let burst = Duration::from_millis(50);
+    let fast = 16u64 << 20;
+    let slow = 4u64 << 20;
+    let parent = Arc::new(Throttler::builder(slow).burst(burst).build().unwrap());
+    let child = Arc::new(
+        Throttler::builder(fast)
+            .burst(burst)
+            .parent(parent.clone())
+            .build()
+            .unwrap(),
+    );
+    let a = Arc::new(Throttler::builder(fast).burst(burst).build().unwrap());
+    let b = Arc::new(Throttler::builder(slow).burst(burst).build().unwrap());
+    let array: ThrottlePtr = Arc::new(ThrottlerArray::new(vec![a.clone(), b.clone()]));
+    let chain: ThrottlePtr = child.clone();
+    let n = 1u64 << 20;
+    for tp in [&chain, &array] {
+        let start = Instant::now();
+        let mut off = 0;
+        while off < n {
+            let (r, _) = e.read_at(&tf.file, vec![0; 128 << 10], off, Some(tp), NO_CAP);
+            assert_eq!(r.unwrap(), 128 << 10);
+            off += 128 << 10;
+        }
+        // The slowest level bounds the whole: (N - burst) / slow.
+        let min = Duration::from_nanos((n - slow / 20) * 1_000_000_000 / slow);
+        assert!(start.elapsed() >= min, "{:?} < {:?}", start.elapsed(), min);
+    }
+    for t in [&parent, &child, &a, &b] {
+        assert_eq!(
+            t.counters().amount,
+            n,
+            "every level is charged: {}",
+            t.name()
+        );
+    }
+}
+
+fn max_block_caps_each_wait(mut e: Box<dyn IoEngine>) {
+    let tf = disk_file(2 << 20, 10);
+    let t: ThrottlePtr = Arc::new(
+        Throttler::builder(1 << 20)
+            .burst(Duration::from_millis(10))
+            .build()
+            .unwrap(),
+    );
+    let cap = Duration::from_millis(20);
+    for i in 0..4u64 {
+        let (r, _) = e.read_at(&tf.file, vec![0; 512 << 10], i * (512 << 10), Some(&t), cap);
+        assert_eq!(r.unwrap(), 512 << 10);
+    }
+    let c = e.counters();
+    assert!(c.waits_submitted >= 3, "{c:?}");
+    assert!(
+        c.wait_us <= c.waits_submitted * 20_000,
+        "each booked wait is capped: {c:?}"
+    );
+}
+
+fn random_integrity(mut e: Box<dyn IoEngine>, reads: usize) {
+    let tf = disk_file(8 << 20, 11);
+    let (_disk, _parent, chain) = disk_chain(1 << 30, 1 << 30);
+    tf.file.evict().unwrap();
+    let mut rng = Rng(0x1234_5678);
+    for _ in 0..reads {
+        let off = rng.below(9 << 20);
+        let len = 1 + rng.below(128 << 10) as usize;
+        let throttle = if rng.below(2) == 0 {
+            Some(&chain)
+        } else {
+            None
+        };
+        let (r, buf) = e.read_at(&tf.file, vec![0xAA; len], off, throttle, NO_CAP);
+        let n = r.unwrap();
+        let end = (off as usize + len).min(tf.data.len());
+        let want = end.saturating_sub(off as usize);
+        assert_eq!(n, want, "read {len} at {off}");
+        if n > 0 {
+            assert_eq!(buf[..n], tf.data[off as usize..end], "bytes at {off}+{len}");
+        }
+        if rng.below(64) == 0 {
+            tf.file.evict().unwrap();
+        }
+    }
+}
+
+fn tmpfs_is_memory(mut e: Box<dyn IoEngine>) {
+    let shm = std::path::Path::new("/dev/shm");
+    let is_tmpfs = nix::sys::statfs::statfs(shm)
+        .map(|s| s.filesystem_type().0 == 0x0102_1994)
+        .unwrap_or(false);
+    if !is_tmpfs {
+        eprintln!("skipped: /dev/shm is not tmpfs here");
+        return;
+    }
+    let tf = file_in(shm, 64 << 10, 12);
+    let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
+    for _ in 0..2 {
+        let (r, buf) = e.read_at(&tf.file, vec![0; 64 << 10], 0, Some(&chain), NO_CAP);
+        assert_eq!(r.unwrap(), 64 << 10);
+        assert_eq!(buf, tf.data);
+    }
+    assert_eq!(
+        tf.file.nowait_mode(),
+        NowaitMode::Memory,
+        "EOPNOTSUPP remembered per file"
+    );
+    assert_eq!(disk.counters().amount, 0, "tmpfs is memory, not disk");
+    assert_eq!(parent.counters().amount, 128 << 10);
+}
+
+fn direct_is_not_probed(mut e: Box<dyn IoEngine>) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tf = disk_file(64 << 10, 13);
+    let path = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(tf.file.file())
+    ))
+    .unwrap();
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(err) => {
+            eprintln!("skipped: O_DIRECT unsupported here: {err}");
+            return;
+        }
+    };
+    let f = UringFile::new(f).unwrap();
+    assert!(f.is_direct());
+    let (_disk, _parent, chain) = disk_chain(1 << 30, 1 << 30);
+    // A Vec<u8> is not 512-aligned, so the kernel may refuse the transfer;
+    // what matters is that no NOWAIT probe or cachestat preceded it.
+    let (_r, _) = e.read_at(&f, vec![0; 4096], 0, Some(&chain), NO_CAP);
+    let c = e.counters();
+    assert_eq!(
+        (c.nowait_misses, c.page_cache_hits, c.cachestat_checks),
+        (0, 0, 0),
+        "{c:?}"
+    );
+}
+
+macro_rules! suite {
+    ($m:ident, $make:ident) => {
+        mod $m {
+            use super::*;
+            #[test]
+            fn hit_and_miss_charges_disk_and_parent() {
+                hit_and_miss($make);
+            }
+            #[test]
+            fn partial_hit_charges_prefix_as_page_cache() {
+                partial_hit($make());
+            }
+            #[test]
+            fn no_detection_without_caring_throttler() {
+                no_detection_without_a_caring_throttler($make());
+            }
+            #[test]
+            fn eof_short_and_empty_file() {
+                eof_and_empty($make());
+            }
+            #[test]
+            fn write_then_read_back() {
+                write_then_read($make());
+            }
+            #[test]
+            fn throttled_read_takes_at_least_n_minus_burst_over_rate() {
+                throttled_lower_bound($make());
+            }
+            #[test]
+            fn parent_and_array_each_keep_their_rate() {
+                chain_and_array_rates($make());
+            }
+            #[test]
+            fn max_block_caps_waits() {
+                max_block_caps_each_wait($make());
+            }
+            #[test]
+            fn random_reads_integrity() {
+                random_integrity($make(), 3000);
+            }
+            #[test]
+            fn tmpfs_eopnotsupp_remembered_as_memory() {
+                tmpfs_is_memory($make());
+            }
+            #[test]
+            fn o_direct_is_not_probed() {
+                direct_is_not_probed($make());
+            }
+        }
+    };
+}
+
+suite!(uring_engine, uring);
+suite!(pread_engine, pread);
+
+#[test]
+fn throttle_trait_is_object_safe_for_chains() {
+    // A compile-time check that a chain is usable as the engines' ThrottlePtr.
+    let t: Arc<dyn Throttle> = Arc::new(Throttler::new(1).unwrap());
+    assert!(!t.ignores_page_cache_reads());
+}

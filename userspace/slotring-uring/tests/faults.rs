@@ -1,0 +1,446 @@
+//! Every fault of the issue, injected through the syscall seam (on top of
+//! the real kernel), plus the real ones we can provoke (CQ overflow,
+//! cancellation of a pending throttled read).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use slotring_throttle::{ThrottlePtr, Throttler};
+use slotring_uring::{
+    IoEngine, Policy, PreadEngine, RingConfig, UringEngine, UringError, open_engine_with,
+};
+
+fn engine(plan: &Arc<Mutex<Plan>>, cfg: &RingConfig) -> UringEngine {
+    UringEngine::with_syscalls(cfg, Box::new(FaultSys(plan.clone()))).unwrap()
+}
+
+fn read_ok(e: &mut dyn IoEngine, tf: &TestFile, off: usize, len: usize, t: Option<&ThrottlePtr>) {
+    let (r, buf) = e.read_at(&tf.file, vec![0; len], off as u64, t, NO_CAP);
+    assert_eq!(r.unwrap(), len);
+    assert_eq!(buf, tf.data[off..off + len]);
+}
+
+#[test]
+fn cqe_eintr_and_eagain_are_resubmitted() {
+    let tf = disk_file(256 << 10, 20);
+    let plan = fault_plan();
+    plan.lock().unwrap().io_results =
+        vec![Rewrite::Errno(libc::EINTR), Rewrite::Errno(libc::EAGAIN)];
+    let mut e = engine(&plan, &RingConfig::default());
+    read_ok(&mut e, &tf, 4096, 64 << 10, None);
+    assert_eq!(e.counters().resubmits, 2);
+}
+
+#[test]
+fn short_reads_are_continued() {
+    let tf = disk_file(256 << 10, 21);
+    let plan = fault_plan();
+    plan.lock().unwrap().io_results = vec![Rewrite::Half, Rewrite::Half, Rewrite::Half];
+    let mut e = engine(&plan, &RingConfig::default());
+    read_ok(&mut e, &tf, 0, 200_000, None);
+    assert_eq!(e.counters().short_reads, 3);
+    assert_eq!(e.counters().read_bytes, 200_000);
+}
+
+#[test]
+fn sq_full_submits_and_retries() {
+    let tf = disk_file(256 << 10, 22);
+    let plan = fault_plan();
+    plan.lock().unwrap().sq_full = 3;
+    let mut e = engine(&plan, &RingConfig::default());
+    read_ok(&mut e, &tf, 0, 64 << 10, None);
+    assert_eq!(
+        e.counters().sq_full,
+        3,
+        "the SQ was found full three times, then had room"
+    );
+}
+
+#[test]
+fn enter_ebusy_eagain_eintr_are_back_pressure_not_errors() {
+    let tf = disk_file(256 << 10, 23);
+    let plan = fault_plan();
+    plan.lock().unwrap().enter_errors = vec![libc::EBUSY, libc::EINTR, libc::EAGAIN];
+    let mut e = engine(&plan, &RingConfig::default());
+    read_ok(&mut e, &tf, 0, 64 << 10, None);
+    assert_eq!(
+        e.counters().resubmits,
+        2,
+        "EBUSY and EAGAIN counted as back-pressure"
+    );
+}
+
+#[test]
+fn enter_fatal_error_is_reported_with_its_cause() {
+    let tf = disk_file(64 << 10, 24);
+    let plan = fault_plan();
+    plan.lock().unwrap().enter_errors = vec![libc::EBADF];
+    let mut e = engine(&plan, &RingConfig::default());
+    let (r, _) = e.read_at(&tf.file, vec![0; 4096], 0, None, NO_CAP);
+    let err = r.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            UringError::Ring {
+                what: "io_uring_enter",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The engine still drains the request on drop (no early free).
+    drop(e);
+}
+
+#[test]
+fn ecanceled_is_reported_as_cancellation() {
+    let tf = disk_file(64 << 10, 25);
+    let plan = fault_plan();
+    plan.lock().unwrap().io_results = vec![Rewrite::Errno(libc::ECANCELED)];
+    let mut e = engine(&plan, &RingConfig::default());
+    let (r, buf) = e.read_at(&tf.file, vec![0; 4096], 0, None, NO_CAP);
+    assert!(r.unwrap_err().is_cancelled());
+    assert_eq!(buf.len(), 4096, "the buffer comes back");
+    assert_eq!(e.counters().cancellations, 1);
+}
+
+#[test]
+fn injected_nowait_eagain_is_a_miss_charged_to_disk() {
+    let tf = disk_file(256 << 10, 26);
+    let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
+    let plan = fault_plan();
+    plan.lock().unwrap().io_results = vec![Rewrite::Errno(libc::EAGAIN)];
+    let mut e = engine(&plan, &RingConfig::default());
+    read_ok(&mut e, &tf, 0, 64 << 10, Some(&chain));
+    assert_eq!(e.counters().nowait_misses, 1);
+    assert_eq!(disk.counters().amount, 64 << 10);
+    assert_eq!(parent.counters().amount, 64 << 10);
+}
+
+#[test]
+fn a_miss_retry_rides_the_next_enter() {
+    // The probe and the retry each need one enter; the retry is queued while
+    // reaping and goes out with the enter that waits for it: no extra call.
+    let tf = disk_file(256 << 10, 27);
+    let (_d, _p, chain) = disk_chain(1 << 30, 1 << 30);
+    let plan = fault_plan();
+    let mut e = engine(&plan, &RingConfig::default());
+    tf.file.evict().unwrap();
+    plan.lock().unwrap().log.clear();
+    read_ok(&mut e, &tf, 0, 64 << 10, Some(&chain));
+    let enters = plan
+        .lock()
+        .unwrap()
+        .log
+        .iter()
+        .filter(|s| **s == "io_uring_enter")
+        .count();
+    assert_eq!(e.counters().nowait_misses, 1);
+    assert_eq!(
+        enters, 2,
+        "probe + (retry submitted and waited in one enter)"
+    );
+}
+
+#[test]
+fn setup_eperm_names_the_cause_and_falls_back_to_pread() {
+    let tf = disk_file(64 << 10, 28);
+    let plan = fault_plan();
+    plan.lock().unwrap().setup_errno = Some(libc::EPERM);
+    let err = UringEngine::with_syscalls(&RingConfig::default(), Box::new(FaultSys(plan.clone())))
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, UringError::Unavailable { .. }));
+    assert!(
+        msg.contains("seccomp") || msg.contains("io_uring_disabled"),
+        "{msg}"
+    );
+    let (mut e, why) =
+        open_engine_with(&RingConfig::default(), &|| Box::new(FaultSys(plan.clone())));
+    assert!(why.is_some());
+    assert_eq!(e.kind(), "pread");
+    read_ok(e.as_mut(), &tf, 0, 64 << 10, None);
+    let plan2 = fault_plan();
+    plan2.lock().unwrap().setup_errno = Some(libc::ENOSYS);
+    let err =
+        UringEngine::with_syscalls(&RingConfig::default(), Box::new(FaultSys(plan2))).unwrap_err();
+    assert!(err.to_string().contains("kernel without io_uring"), "{err}");
+}
+
+#[test]
+fn bad_config_is_a_typed_error() {
+    let cfg = RingConfig {
+        entries: 0,
+        ..RingConfig::default()
+    };
+    let err = UringEngine::new(&cfg).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            UringError::Invalid {
+                what: "ring entries",
+                value: 0
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn cq_overflow_is_survived_without_losing_completions() {
+    let tf = disk_file(1 << 20, 29);
+    let cfg = RingConfig {
+        entries: 4,
+        cq_entries: 8,
+        ..RingConfig::default()
+    };
+    let mut e = UringEngine::new(&cfg).unwrap();
+    let mut tickets = Vec::new();
+    for i in 0..64usize {
+        tickets.push((
+            e.submit_read(&tf.file, vec![0; 4096], (i * 4096) as u64, None, NO_CAP),
+            i,
+        ));
+    }
+    e.submit_pending().unwrap();
+    let mut seen = 0;
+    while let Some(c) = e.wait_any().unwrap() {
+        let i = tickets.iter().find(|(t, _)| *t == c.ticket).unwrap().1;
+        assert_eq!(c.result.unwrap(), 4096);
+        assert_eq!(c.buf, tf.data[i * 4096..(i + 1) * 4096]);
+        seen += 1;
+    }
+    assert_eq!(seen, 64, "every completion arrived");
+    assert!(
+        e.counters().cq_overflows >= 1,
+        "the CQ did overflow: {:?}",
+        e.counters()
+    );
+    assert!(e.counters().sq_full >= 1);
+}
+
+#[test]
+fn cancelling_a_waiting_read_returns_the_buffer() {
+    let tf = disk_file(1 << 20, 30);
+    let t: ThrottlePtr = Arc::new(
+        Throttler::builder(1 << 20)
+            .burst(Duration::from_millis(1))
+            .build()
+            .unwrap(),
+    );
+    let mut e = UringEngine::new(&RingConfig::default()).unwrap();
+    // 1 MiB at 1 MiB/s: a ~1 s timeout SQE in front of the read.
+    let tk = e.submit_read(&tf.file, vec![7; 1 << 20], 0, Some(&t), NO_CAP);
+    e.submit_pending().unwrap();
+    e.cancel(tk);
+    let c = e.wait(tk).unwrap();
+    assert!(c.result.unwrap_err().is_cancelled());
+    assert_eq!(c.buf, vec![7; 1 << 20], "the read never ran");
+    assert_eq!(e.counters().cancellations, 1);
+    assert_eq!(e.in_flight(), 0);
+}
+
+#[test]
+fn abandoned_requests_are_freed_at_their_last_cqe() {
+    let tf = disk_file(1 << 20, 31);
+    let t: ThrottlePtr = Arc::new(
+        Throttler::builder(1 << 20)
+            .burst(Duration::from_millis(1))
+            .build()
+            .unwrap(),
+    );
+    let mut e = UringEngine::new(&RingConfig::default()).unwrap();
+    let a = e.submit_read(&tf.file, vec![0; 512 << 10], 0, Some(&t), NO_CAP);
+    let b = e.submit_read(&tf.file, vec![0; 4096], 0, None, NO_CAP);
+    e.submit_pending().unwrap();
+    e.abandon(a);
+    assert!(e.in_flight() >= 1);
+    let c = e.wait(b).unwrap();
+    assert_eq!(c.buf, tf.data[..4096]);
+    while e.in_flight() > 0 {
+        assert!(
+            e.wait_any().unwrap().is_none(),
+            "an abandoned request is never handed out"
+        );
+    }
+    assert_eq!(e.counters().cancellations, 1);
+}
+
+#[test]
+fn blocking_random_reads_with_random_cancellations() {
+    let tf = disk_file(4 << 20, 32);
+    let (_d, _p, chain) = disk_chain(64 << 20, 1 << 30);
+    let mut e = UringEngine::new(&RingConfig {
+        entries: 64,
+        ..RingConfig::default()
+    })
+    .unwrap();
+    let mut rng = Rng(99);
+    let mut pending = std::collections::HashMap::new();
+    let mut done = 0;
+    let total = 100_000;
+    let mut submitted = 0;
+    while done < total {
+        while pending.len() < 32 && submitted < total {
+            let off = rng.below(5 << 20);
+            let len = 1 + rng.below(64 << 10) as usize;
+            if rng.below(16) == 0 {
+                tf.file.evict().unwrap();
+            }
+            let th = (rng.below(2) == 0).then_some(&chain);
+            let t = e.submit_read(&tf.file, vec![0x5A; len], off, th, NO_CAP);
+            submitted += 1;
+            match rng.below(8) {
+                0 => e.cancel(t),
+                1 => {
+                    e.abandon(t);
+                    done += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            pending.insert(t, (off as usize, len));
+        }
+        let Some(c) = e.wait_any().unwrap() else {
+            break;
+        };
+        let (off, len) = pending
+            .remove(&c.ticket)
+            .expect("only live tickets complete");
+        done += 1;
+        match c.result {
+            Ok(n) => {
+                let end = (off + len).min(tf.data.len());
+                assert_eq!(n, end.saturating_sub(off));
+                assert_eq!(c.buf[..n], tf.data[off.min(end)..end]);
+            }
+            Err(err) => assert!(err.is_cancelled(), "{err}"),
+        }
+    }
+    while e.wait_any().unwrap().is_some() {}
+    assert_eq!(e.in_flight(), 0, "no request leaks");
+    assert!(e.counters().cancellations > 0);
+}
+
+#[test]
+fn pread_engine_faults() {
+    let tf = disk_file(256 << 10, 33);
+    let plan = fault_plan();
+    plan.lock().unwrap().pread_errors = vec![libc::EINTR, libc::EAGAIN];
+    plan.lock().unwrap().pread_short = 2;
+    let mut e = PreadEngine::with_syscalls(Policy::default(), Box::new(FaultSys(plan.clone())));
+    read_ok(&mut e, &tf, 0, 100_000, None);
+    let c = e.counters();
+    assert_eq!(c.resubmits, 2);
+    assert!(c.short_reads >= 2, "{c:?}");
+    // ClickHouse's method: a miss costs preadv2(NOWAIT) + pread.
+    let (_d, _p, chain) = disk_chain(1 << 30, 1 << 30);
+    tf.file.evict().unwrap();
+    plan.lock().unwrap().log.clear();
+    read_ok(&mut e, &tf, 0, 64 << 10, Some(&chain));
+    let log = plan.lock().unwrap().log.clone();
+    assert_eq!(log, vec!["preadv2_nowait", "pread"]);
+}
+
+#[test]
+fn guard_uses_cachestat_when_the_disk_bucket_cannot_cover_probes() {
+    let tf = disk_file(1 << 20, 34);
+    // A disk bucket of 64 KiB: a 128 KiB read cannot be covered, so no probe.
+    let (disk, _p, chain) = disk_chain(64 << 10, 1 << 30);
+    let plan = fault_plan();
+    let mut e = engine(&plan, &RingConfig::default());
+    tf.file.evict().unwrap();
+    plan.lock().unwrap().log.clear();
+    let (r, _) = e.read_at(
+        &tf.file,
+        vec![0; 128 << 10],
+        0,
+        Some(&chain),
+        Duration::from_millis(1),
+    );
+    assert_eq!(r.unwrap(), 128 << 10);
+    let c = e.counters();
+    assert_eq!(c.cachestat_checks, 1);
+    assert_eq!(
+        c.nowait_misses, 0,
+        "no NOWAIT probe started an unthrottled disk read"
+    );
+    assert_eq!(disk.counters().amount, 128 << 10);
+    // Cached now: cachestat says so and the read is charged as page cache.
+    let (r, _) = e.read_at(
+        &tf.file,
+        vec![0; 128 << 10],
+        0,
+        Some(&chain),
+        Duration::from_millis(1),
+    );
+    assert_eq!(r.unwrap(), 128 << 10);
+    assert_eq!(disk.counters().amount, 128 << 10);
+    assert_eq!(e.counters().page_cache_bytes, 128 << 10);
+    let _ = Policy {
+        detect_page_cache: true,
+        disk_rate_guard: false,
+    };
+}
+
+#[test]
+fn setup_flag_combinations_serve_the_same_reads() {
+    let tf = disk_file(1 << 20, 35);
+    let combos = [
+        RingConfig {
+            coop_taskrun: true,
+            ..RingConfig::default()
+        },
+        RingConfig {
+            single_issuer: true,
+            ..RingConfig::default()
+        },
+        RingConfig {
+            single_issuer: true,
+            defer_taskrun: true,
+            ..RingConfig::default()
+        },
+        RingConfig {
+            sqpoll_idle_ms: Some(10),
+            ..RingConfig::default()
+        },
+    ];
+    for cfg in combos {
+        let mut e = match UringEngine::new(&cfg) {
+            Ok(e) => e,
+            Err(err) => {
+                eprintln!("skipped {cfg:?}: the kernel refused it: {err}");
+                continue;
+            }
+        };
+        let (_d, _p, chain) = disk_chain(1 << 30, 1 << 30);
+        tf.file.evict().unwrap();
+        read_ok(&mut e, &tf, 4096, 128 << 10, Some(&chain));
+        read_ok(&mut e, &tf, 4096, 128 << 10, Some(&chain));
+        let t: ThrottlePtr = Arc::new(
+            Throttler::builder(16 << 20)
+                .burst(Duration::from_millis(1))
+                .build()
+                .unwrap(),
+        );
+        read_ok(&mut e, &tf, 0, 256 << 10, Some(&t));
+        let c = e.counters();
+        assert_eq!(
+            (c.nowait_misses, c.page_cache_hits),
+            (1, 1),
+            "{cfg:?}: {c:?}"
+        );
+        assert!(c.waits_submitted >= 1);
+    }
+    let bad = RingConfig {
+        defer_taskrun: true,
+        ..RingConfig::default()
+    };
+    assert!(matches!(
+        UringEngine::new(&bad),
+        Err(UringError::Invalid { .. })
+    ));
+}
