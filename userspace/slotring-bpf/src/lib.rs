@@ -21,10 +21,16 @@
 //! * [`SlotringBpf::verify`] turns the kernel's accounting into a
 //!   [`VerificationReport`] with a [`Verdict`].
 
+#![deny(unsafe_code)]
+
 pub mod abi;
 mod error;
 mod lease;
 mod loader;
+#[allow(
+    unsafe_code,
+    reason = "the BPF boundary: mmap of map memory and views into it; every block has a SAFETY comment"
+)]
 mod region;
 mod verify;
 
