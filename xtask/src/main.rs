@@ -107,7 +107,7 @@ fn ci(root: &Path, no_loom: bool) -> Result<()> {
                 &["test", "--release", "-p", pkg, "--test", test],
                 &[
                     ("RUSTFLAGS", "--cfg loom"),
-                    ("LOOM_MAX_PREEMPTIONS", "2"),
+                    ("LOOM_MAX_PREEMPTIONS", "3"),
                     ("CARGO_TARGET_DIR", target.to_str().context("utf-8 path")?),
                 ],
             )?;
