@@ -443,7 +443,8 @@ mod tests {
             bpf.verify(
                 &[me],
                 crate::VerifyConfig {
-                    max_parked_cpu_ratio: 2.0
+                    max_parked_cpu_ratio: 2.0,
+                    ..crate::VerifyConfig::default()
                 }
             ),
             Err(BpfError::BadThreshold(_))
