@@ -2,6 +2,7 @@
 //! preadv2-then-pread method, thread-per-waiter sleeping, and fio, in one run.
 //! Writes `target/bench/uring.json`. Nothing here asserts a wall time.
 
+use std::cell::Cell;
 use std::fs::OpenOptions;
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -13,8 +14,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::resource::{UsageWho, getrusage};
 use nix::time::{ClockId, clock_gettime};
-use slotring_benchkit::{Report, median, percentile};
-use slotring_throttle::{MAX_RATE, Throttle, ThrottlePtr, Throttler, UNLIMITED_BLOCK};
+use slotring_benchkit::{Report, median, ns_per_iter, percentile};
+use slotring_throttle::{
+    LeaseHook, MAX_RATE, Throttle, ThrottlePtr, Throttler, UNLIMITED_BLOCK, install_lease_hook,
+    park_current_lease,
+};
 use slotring_uring::{
     IoEngine, IoUring, Policy, PreadEngine, RealSyscalls, RingConfig, SetupParams, Syscalls,
     UringEngine, UringFile,
@@ -677,6 +681,121 @@ fn disk(report: &mut Report, f: &Arc<UringFile>) {
     );
 }
 
+thread_local! {
+    static HOLDS_LEASE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// A lease hook whose "lease" is a thread-local flag (the slots crate's hook
+/// does the same thread-local look-up before it parks anything).
+struct BenchHook;
+impl LeaseHook for BenchHook {
+    fn park_current(&self) -> bool {
+        HOLDS_LEASE.with(Cell::get)
+    }
+    fn unpark_current(&self) {}
+}
+static BENCH_HOOK: BenchHook = BenchHook;
+
+fn thread_cpu_ns() -> u64 {
+    let ts = clock_gettime(ClockId::CLOCK_THREAD_CPUTIME_ID).expect("thread CPU clock");
+    ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
+}
+
+/// Hot 64 KiB reads, each behind a ~200 µs throttle wait (bucket emptied),
+/// with or without a lease: enters per read, thread CPU µs per read, rate
+/// error (the lease holder pays a userspace wake-up between deadline and IO).
+fn lease_run(f: &Arc<UringFile>, lease: bool, reads: u64) -> (f64, f64, f64) {
+    let rate = CHUNK as u64 * 5_000;
+    let t = Arc::new(Throttler::new(rate).unwrap());
+    t.throttle(rate, Duration::ZERO).unwrap();
+    let tp: ThrottlePtr = t;
+    let count = Arc::new(Count::default());
+    let cfg = RingConfig::default();
+    let mut e = UringEngine::with_syscalls(&cfg, Box::new(CountSys(count.clone()))).unwrap();
+    HOLDS_LEASE.with(|h| h.set(lease));
+    let cpu0 = thread_cpu_ns();
+    let start = Instant::now();
+    let mut buf = vec![0u8; CHUNK];
+    let mut off = 0u64;
+    let mut bytes = 0u64;
+    for _ in 0..reads {
+        let (r, b) = e.read_at(f, buf, off, Some(&tp), UNLIMITED_BLOCK);
+        bytes += r.unwrap() as u64;
+        buf = b;
+        off = (off + CHUNK as u64) % FILE_LEN as u64;
+    }
+    let el = start.elapsed().as_secs_f64();
+    let cpu = (thread_cpu_ns() - cpu0) as f64;
+    HOLDS_LEASE.with(|h| h.set(false));
+    let achieved = bytes as f64 / el;
+    (
+        count.enter.load(Ordering::Relaxed) as f64 / reads as f64,
+        cpu / 1e3 / reads as f64,
+        (achieved - rate as f64).abs() / rate as f64 * 100.0,
+    )
+}
+
+/// What parking exactly around the wait costs a lease holder (a standalone
+/// timeout, then the IO: one more `io_uring_enter`), against the
+/// kernel-linked chain kept for callers without a lease; and what deciding
+/// costs (`park_current_lease()` on a thread without a lease).
+fn leases(report: &mut Report, f: &Arc<UringFile>) {
+    let probe = || drop(std::hint::black_box(park_current_lease()));
+    report.put(
+        "lease_probe_ns_nohook",
+        ns_per_iter(5, 1_000_000, probe),
+        "park_current_lease() + drop, no hook installed",
+    );
+    assert!(
+        install_lease_hook(&BENCH_HOOK),
+        "the bench installs the only hook"
+    );
+    report.put(
+        "lease_probe_ns",
+        ns_per_iter(5, 1_000_000, probe),
+        "same, hook installed, thread holds no lease",
+    );
+    warm(f);
+    let (mut le, mut lc, mut lr, mut se, mut sc, mut sr) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    for _ in 0..3 {
+        let (e, c, r) = lease_run(f, false, 1_000);
+        le.push(e);
+        lc.push(c);
+        lr.push(r);
+        let (e, c, r) = lease_run(f, true, 1_000);
+        se.push(e);
+        sc.push(c);
+        sr.push(r);
+    }
+    report.put(
+        "lease_linked_enters_per_read",
+        median(&mut le),
+        "throttled hot 64 KiB read, no lease: timeout linked to the read",
+    );
+    report.put(
+        "lease_split_enters_per_read",
+        median(&mut se),
+        "same, lease holder: timeout alone (parked), then the read (unparked)",
+    );
+    report.put(
+        "lease_linked_cpu_us_per_read",
+        median(&mut lc),
+        "thread CPU per read (includes the copy)",
+    );
+    report.put("lease_split_cpu_us_per_read", median(&mut sc), "");
+    report.put(
+        "lease_linked_rate_error_pct",
+        median(&mut lr),
+        "~200 µs wait per read (327 MB/s)",
+    );
+    report.put(
+        "lease_split_rate_error_pct",
+        median(&mut sr),
+        "adds a userspace wake-up per read",
+    );
+}
+
 fn main() {
     let mut report = Report::new("uring");
     let path = disk_dir().join(format!("slotring-uring-bench-{}", std::process::id()));
@@ -688,6 +807,7 @@ fn main() {
     rates(&mut report, &f, &path);
     waits(&mut report, &f);
     disk(&mut report, &f);
+    leases(&mut report, &f);
     let _ = std::fs::remove_file(&path);
     eprintln!("uring suite took {:.1} s", t0.elapsed().as_secs_f64());
     report.finish().expect("write the report");

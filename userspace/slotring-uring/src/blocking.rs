@@ -1,10 +1,48 @@
 //! The blocking front end ([`UringEngine`]), the `pread` fallback
 //! ([`PreadEngine`]) and the trait they share ([`IoEngine`]).
+//!
+//! # CPU leases
+//!
+//! A thread that holds a CPU slot parks its lease
+//! ([`park_current_lease`]) exactly while it waits on a throttle timeout,
+//! and never while the kernel moves data for it (ClickHouse parks around
+//! the throttler's sleep, never around the `pread`). This matters because a
+//! read linked behind a timeout is issued by the kernel as task work *in the
+//! waiting thread's context*, inside its `io_uring_enter`: the page-cache
+//! copy and the faults on the buffer run on that thread. Parked across the
+//! copy, a thread would burn `rate / copy bandwidth` of the parked time on
+//! a CPU it has given away.
+//!
+//! So [`IoEngine::read_at`]/[`IoEngine::write_at`] of a [`UringEngine`]
+//! decide when a request books a wait *before* its IO:
+//!
+//! * **Lease parked** (a hook is installed, the thread has a current lease,
+//!   and this request is the only one the engine holds): the absolute
+//!   timeout goes out *standalone*; the thread waits for its CQE parked,
+//!   unparks, and only then submits the IO and waits for it. Cost: one
+//!   more `io_uring_enter` (a few µs) per throttled IO, for lease holders
+//!   only, and a userspace wake-up between the deadline and the IO.
+//! * **No lease** (`park_current_lease()` reports `parked() == false`,
+//!   which costs a thread-local look-up, or no hook at all: one atomic
+//!   load) or other requests in flight (whose linked IO could run on this
+//!   thread while parked): the timeout is linked to the IO
+//!   (`IOSQE_IO_LINK` + `IORING_TIMEOUT_ETIME_SUCCESS`) and the kernel
+//!   issues the IO at the deadline with no userspace wake-up in between.
+//!
+//! A wait *after* the IO (the charge of a page-cache hit) is a standalone
+//! timeout anyway and is parked the same way. IO without a throttle delay
+//! (page-cache hits, NOWAIT probes and misses, unthrottled reads and
+//! writes) parks nothing. The ticket API ([`UringEngine::submit_read`],
+//! [`UringEngine::wait`], [`UringEngine::wait_any`]) never parks and keeps
+//! every wait linked; the tokio [`crate::AsyncEngine`] parks nothing either
+//! (a task holds no thread).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotring_throttle::{NANO_PER_TOKEN, ThrottlePtr, park_current_lease, sleep_abs_monotonic};
+use slotring_throttle::{
+    LeaseParked, NANO_PER_TOKEN, ThrottlePtr, park_current_lease, sleep_abs_monotonic,
+};
 
 use crate::core::{Core, Policy, Submit};
 use crate::counters::UringCounters;
@@ -144,7 +182,9 @@ pub struct Completion {
 /// The blocking front end: the calling thread submits and waits in
 /// `io_uring_enter`. Many requests may be in flight from one thread
 /// ([`UringEngine::submit_read`] + [`UringEngine::wait_any`]); a throttle wait
-/// costs a timeout SQE, not a thread.
+/// costs a timeout SQE, not a thread. Through [`IoEngine`], the caller's CPU
+/// lease is parked exactly while it waits on a throttle timeout (see the
+/// module docs).
 pub struct UringEngine {
     core: Core,
 }
@@ -186,6 +226,7 @@ impl UringEngine {
             offset,
             throttle: throttle.cloned(),
             max_block,
+            stage_waits: false,
         };
         Ticket(self.core.submit(s, buf))
     }
@@ -205,6 +246,7 @@ impl UringEngine {
             offset,
             throttle: throttle.cloned(),
             max_block,
+            stage_waits: false,
         };
         Ticket(self.core.submit(s, buf))
     }
@@ -296,16 +338,60 @@ impl UringEngine {
         self.core.counters()
     }
 
-    fn run(&mut self, t: Ticket, throttled: bool) -> BufResult<usize, Vec<u8>> {
-        // The CPU lease is parked from submission to completion of a
-        // throttled request: the thread waits in the kernel, not on a CPU.
-        let _lease = throttled.then(park_current_lease);
-        match self.wait(t) {
-            Ok(c) => (c.result, c.buf),
-            // The ring failed: the buffer stays with the engine (it may still
-            // be written by the kernel) and is freed when the engine drops.
-            Err(e) => (Err(e), Vec::new()),
+    /// Submit one request whose pre-IO waits are staged, and drive it to
+    /// completion, parking the CPU lease exactly while it waits on a
+    /// throttle timeout.
+    fn run_one(&mut self, s: Submit, buf: Vec<u8>) -> BufResult<usize, Vec<u8>> {
+        let t = Ticket(self.core.submit(s, buf));
+        let mut lease: Option<LeaseParked> = None;
+        let outcome = loop {
+            if let Some((result, buf, _)) = self.core.take(t.0) {
+                break Ok((result, buf));
+            }
+            if self.core.has_staged_wait(t.0) {
+                // One extra io_uring_enter for a lease holder: the timeout
+                // alone now, the IO once its CQE is in and we are unparked.
+                // Without a lease, the kernel-linked chain.
+                if lease.is_none() {
+                    lease = self.park_for_wait();
+                }
+                self.core.release_staged(t.0, lease.is_none());
+            } else if self.core.waiting_on_timeout(t.0) {
+                if lease.is_none() {
+                    lease = self.park_for_wait();
+                }
+            } else {
+                // The IO is queued or in flight: take the lease back before
+                // the kernel copies anything on this thread.
+                lease = None;
+            }
+            if let Err(e) = self.core.turn(true) {
+                break Err(e);
+            }
+        };
+        drop(lease);
+        match outcome {
+            Ok((result, buf)) => (result, buf),
+            Err(e) => {
+                // The ring failed: the buffer stays with the engine (the
+                // kernel may still write it) and is freed at the request's
+                // last CQE, or when the engine drops; it is never handed out.
+                self.core.cancel(t.0, true);
+                (Err(e), Vec::new())
+            }
         }
+    }
+
+    /// Park the calling thread's CPU lease for a throttle wait of the only
+    /// request the engine holds. `None` if nothing was parked (no hook, no
+    /// current lease, or other requests held, whose linked IO the kernel
+    /// could run on this thread during the wait).
+    fn park_for_wait(&self) -> Option<LeaseParked> {
+        if self.core.in_flight() != 1 {
+            return None;
+        }
+        let g = park_current_lease();
+        g.parked().then_some(g)
     }
 }
 
@@ -318,8 +404,15 @@ impl IoEngine for UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let t = self.submit_read(file, buf, offset, throttle, max_block);
-        self.run(t, throttle.is_some())
+        let s = Submit {
+            write: false,
+            file: file.clone(),
+            offset,
+            throttle: throttle.cloned(),
+            max_block,
+            stage_waits: true,
+        };
+        self.run_one(s, buf)
     }
 
     fn write_at(
@@ -330,8 +423,15 @@ impl IoEngine for UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let t = self.submit_write(file, buf, offset, throttle, max_block);
-        self.run(t, throttle.is_some())
+        let s = Submit {
+            write: true,
+            file: file.clone(),
+            offset,
+            throttle: throttle.cloned(),
+            max_block,
+            stage_waits: true,
+        };
+        self.run_one(s, buf)
     }
 
     fn counters(&self) -> UringCounters {

@@ -12,7 +12,13 @@
 //!   its own rate). That delay becomes **one** absolute `IORING_OP_TIMEOUT`
 //!   linked to the read (`IOSQE_IO_LINK` + `IORING_TIMEOUT_ETIME_SUCCESS`:
 //!   expiry continues the chain like a hard link, a cancel breaks it); the
-//!   kernel issues the read at the deadline.
+//!   kernel issues the read at the deadline. A request submitted with
+//!   `stage_waits` (the blocking `read_at`/`write_at`) keeps the booked
+//!   wait staged instead, and the front end queues it with
+//!   [`Core::release_staged`]: linked as above, or standalone with the IO
+//!   held back until the timeout's CQE, so that a thread that parked its
+//!   CPU lease for the wait has unparked before the kernel copies data on
+//!   it (the IO then goes out with the next `io_uring_enter`).
 //! * **Detection on**: the read is first submitted with `RWF_NOWAIT` (never
 //!   with `IOSQE_ASYNC`, which defeats it). A full result is a page-cache hit,
 //!   charged with `page_cache = true` after the fact (a block-device level
@@ -94,6 +100,14 @@ pub(crate) struct Req {
     waker: Option<Waker>,
     /// Absolute CLOCK_MONOTONIC deadline of the last wait booked.
     pub(crate) deadline_ns: Option<u64>,
+    /// Pre-IO waits are staged for the front end to queue
+    /// ([`Core::release_staged`]) instead of being linked at once.
+    stage_waits: bool,
+    /// A booked pre-IO wait (deadline) and the IO it delays, not queued yet.
+    staged: Option<(u64, IoSqe)>,
+    /// The IO behind a standalone pre-IO wait in flight: queued when the
+    /// wait's CQE arrives.
+    held_io: Option<IoSqe>,
 }
 
 /// A collected request: result, buffer, last booked deadline.
@@ -106,6 +120,9 @@ pub(crate) struct Submit {
     pub(crate) offset: u64,
     pub(crate) throttle: Option<ThrottlePtr>,
     pub(crate) max_block: Duration,
+    /// Stage pre-IO waits for [`Core::release_staged`] (the blocking
+    /// front end's `read_at`/`write_at`, which may park a CPU lease).
+    pub(crate) stage_waits: bool,
 }
 
 /// The core shared by both front ends.
@@ -181,6 +198,9 @@ impl Core {
             result: None,
             waker: None,
             deadline_ns: None,
+            stage_waits: s.stage_waits,
+            staged: None,
+            held_io: None,
         };
         let id = self.ring.alloc(buf, req);
         if let Err(e) = self.start(id) {
@@ -354,6 +374,19 @@ impl Core {
     }
 
     fn push_io(&mut self, id: SlotId, io: IoSqe, wait: Option<u64>) -> Result<(), UringError> {
+        if let Some(deadline) = wait {
+            let r = self.req(id);
+            if r.stage_waits {
+                // The front end decides how this wait goes out.
+                r.staged = Some((deadline, io));
+                return Ok(());
+            }
+        }
+        self.push_now(id, io, wait)
+    }
+
+    /// Queue `io`, linked behind a timeout to `wait` if given.
+    fn push_now(&mut self, id: SlotId, io: IoSqe, wait: Option<u64>) -> Result<(), UringError> {
         let full = self
             .ring
             .push_io(id, io, wait)
@@ -367,6 +400,87 @@ impl Core {
         r.io_in_flight = true;
         r.wait_in_flight = wait.is_some();
         Ok(())
+    }
+
+    /// Whether `id` has a booked pre-IO wait that is not queued yet (only
+    /// requests submitted with `stage_waits`).
+    pub(crate) fn has_staged_wait(&self, id: SlotId) -> bool {
+        self.ring
+            .data(id)
+            .is_some_and(|r| r.phase != Phase::Done && r.staged.is_some())
+    }
+
+    /// Queue the staged wait of `id`: `linked`, as one chain with its IO
+    /// (the kernel issues the IO at the deadline, inside whatever
+    /// `io_uring_enter` is waiting then); otherwise as a standalone timeout,
+    /// the IO held back until the timeout's CQE and queued then, so that it
+    /// goes out with the *next* `io_uring_enter` — after the front end has
+    /// unparked the CPU lease. A failure finishes the request with it.
+    pub(crate) fn release_staged(&mut self, id: SlotId, linked: bool) {
+        let Some((deadline, io)) = self
+            .ring
+            .data_mut(id)
+            .filter(|r| r.phase != Phase::Done)
+            .and_then(|r| r.staged.take())
+        else {
+            return;
+        };
+        let res = if linked {
+            self.push_now(id, io, Some(deadline))
+        } else {
+            self.push_held(id, io, deadline)
+        };
+        if let Err(e) = res {
+            self.finish(id, Err(e));
+        }
+    }
+
+    /// Queue a standalone wait until `deadline`; `io` follows its CQE.
+    fn push_held(&mut self, id: SlotId, io: IoSqe, deadline: u64) -> Result<(), UringError> {
+        let full = self
+            .ring
+            .push_wait(id, deadline)
+            .map_err(|source| UringError::Ring {
+                what: "io_uring_enter (SQ full)",
+                source,
+            })?;
+        self.counters.sq_full += full;
+        let r = self.req(id);
+        r.wait_in_flight = true;
+        r.held_io = Some(io);
+        Ok(())
+    }
+
+    /// The standalone wait in front of `io` completed with `res`.
+    fn on_held_wait(&mut self, id: SlotId, io: IoSqe, res: i32) -> Result<(), UringError> {
+        let r = self.req(id);
+        if r.phase == Phase::Done {
+            return Ok(());
+        }
+        if r.cancel_requested || res == -libc::ECANCELED {
+            return Err(UringError::Cancelled);
+        }
+        // An expired timeout answers -ETIME; anything else means the wait
+        // did not happen and the IO must not run early.
+        if res != -libc::ETIME && res != 0 {
+            return Err(UringError::Ring {
+                what: "throttle timeout",
+                source: io::Error::from_raw_os_error(-res),
+            });
+        }
+        self.push_io(id, io, None)
+    }
+
+    /// Whether the only thing `id` waits for now is a throttle timeout (a
+    /// pre-IO wait queued standalone, or a page-cache charge's wait after
+    /// the IO): no IO of it is queued or in flight.
+    pub(crate) fn waiting_on_timeout(&self, id: SlotId) -> bool {
+        self.ring.data(id).is_some_and(|r| {
+            r.phase != Phase::Done
+                && r.staged.is_none()
+                && !r.io_in_flight
+                && (r.wait_in_flight || r.post_in_flight)
+        })
     }
 
     /// Charge `n` page-cache bytes now; returns the resulting delay.
@@ -415,6 +529,8 @@ impl Core {
             return;
         }
         r.phase = Phase::Done;
+        r.staged = None;
+        r.held_io = None;
         // A request nobody will collect ended as a cancellation, whatever
         // the kernel managed to do before the cancel reached it.
         let result = if r.orphan {
@@ -478,6 +594,11 @@ impl Core {
             return;
         }
         r.cancel_requested = true;
+        if r.staged.take().is_some() {
+            // Nothing of it reached the ring.
+            self.finish(id, Err(UringError::Cancelled));
+            return;
+        }
         let mut tags = Vec::with_capacity(3);
         if r.wait_in_flight {
             tags.push(Tag::Wait);
@@ -516,9 +637,22 @@ impl Core {
         Ok(())
     }
 
-    /// Submit queued SQEs without waiting (async front end).
+    /// Reap what completed and submit everything queued, without waiting
+    /// (async front end). Reaping can queue SQEs (the rest of a short read,
+    /// a miss's retry, a page-cache wait), so this repeats until a reap
+    /// queues nothing: a task must not sleep on the eventfd while a
+    /// request's next SQE sits unsubmitted (its eventfd edge may already
+    /// have been drained, and nothing else would submit it).
     pub(crate) fn flush(&mut self) -> Result<(), UringError> {
-        if self.ring.has_unsubmitted() || self.ring.cq_overflow_flag() {
+        // Each round submits what the previous reap queued; a request queues
+        // at most one follow-up per CQE, so this ends. The bound only guards
+        // against a kernel that keeps refusing submissions (then the CQEs it
+        // wants reaped raise the eventfd and the next poll continues).
+        for _ in 0..64 {
+            self.reap();
+            if !self.ring.has_unsubmitted() && !self.ring.cq_overflow_flag() {
+                break;
+            }
             self.turn(false)?;
         }
         Ok(())
@@ -547,7 +681,14 @@ impl Core {
         let r = self.req(id);
         match c.tag {
             Tag::Cancel => {}
-            Tag::Wait => r.wait_in_flight = false,
+            Tag::Wait => {
+                r.wait_in_flight = false;
+                if let Some(io) = r.held_io.take()
+                    && let Err(e) = self.on_held_wait(id, io, c.res)
+                {
+                    self.finish(id, Err(e));
+                }
+            }
             Tag::PostWait => {
                 r.post_in_flight = false;
                 if r.phase == Phase::PostWait {
@@ -770,7 +911,7 @@ impl Core {
         for id in self.ring.live() {
             let r = self.ring.data(id).unwrap();
             out += &format!(
-                "{:?} phase={:?} orphan={} cancel={} waker={} io={} wait={} post={} outst={} done={}/{}\n",
+                "{:?} phase={:?} orphan={} cancel={} waker={} io={} wait={} post={} staged={} held={} outst={} done={}/{}\n",
                 id,
                 r.phase,
                 r.orphan,
@@ -779,6 +920,8 @@ impl Core {
                 r.io_in_flight,
                 r.wait_in_flight,
                 r.post_in_flight,
+                r.staged.is_some(),
+                r.held_io.is_some(),
                 self.ring.outstanding(id),
                 r.done,
                 r.len

@@ -3,12 +3,16 @@
 //! Throttled file IO through io_uring (issue 4): every read and write at an
 //! offset is charged to a [`Throttle`](slotring_throttle::Throttle) chain;
 //! a throttle wait is an absolute `IORING_OP_TIMEOUT` linked to the IO
-//! it delays (no thread, no nanosleep, no CPU slot); page-cache hits are
+//! it delays (no thread, no nanosleep, no CPU slot) — or, for a caller
+//! that parks a CPU lease, a standalone timeout followed by the IO once the
+//! lease is back (see the `blocking` module docs); page-cache hits are
 //! detected on the ring with `RWF_NOWAIT` and charged only to throttlers that
 //! count them; a guard keeps NOWAIT misses from bursting the block device.
 //!
 //! Front ends: [`UringEngine`] (blocking, the caller waits in
-//! `io_uring_enter` with its CPU lease parked; many requests per thread via
+//! `io_uring_enter`; through [`IoEngine`] its CPU lease is parked exactly
+//! while it waits on a throttle timeout, never while the kernel copies its
+//! data; many requests per thread via
 //! [`UringEngine::submit_read`]/[`UringEngine::wait_any`]) and
 //! [`AsyncEngine`] (tokio, eventfd + `AsyncFd`). [`PreadEngine`] serves the
 //! same [`IoEngine`] trait where io_uring is unavailable
@@ -39,11 +43,17 @@
 //! std::fs::remove_file(&path).unwrap();
 //! ```
 
+#![deny(unsafe_code)]
+
 mod blocking;
 mod core;
 mod counters;
 mod error;
 mod file;
+#[allow(
+    unsafe_code,
+    reason = "the io_uring boundary: SQEs point into memory the ring owns; every block has a SAFETY comment"
+)]
 mod sys;
 mod tokio;
 

@@ -212,7 +212,8 @@ impl Syscalls for RealSyscalls {}
 pub(crate) enum Tag {
     /// The read or write.
     Io = 0,
-    /// A timeout linked before the IO (a throttle wait).
+    /// A throttle wait before the IO (linked to it, or standalone with the
+    /// IO held back until its CQE).
     Wait = 1,
     /// An `ASYNC_CANCEL`.
     Cancel = 2,
@@ -491,13 +492,21 @@ impl<T> Ring<T> {
         })
     }
 
-    fn timeout_entry(&mut self, id: SlotId, deadline_ns: u64, tag: Tag) -> squeue::Entry {
+    /// An absolute timeout SQE; `etime_success` for one that heads a link
+    /// (its expiry then continues the chain).
+    fn timeout_entry(
+        &mut self,
+        id: SlotId,
+        deadline_ns: u64,
+        tag: Tag,
+        etime_success: bool,
+    ) -> squeue::Entry {
         let s = &mut self.slots[id.index as usize];
         *s.ts = types::Timespec::new()
             .sec(deadline_ns / 1_000_000_000)
             .nsec((deadline_ns % 1_000_000_000) as u32);
         let ts: *const types::Timespec = &*s.ts;
-        let flags = if tag == Tag::Wait {
+        let flags = if etime_success {
             types::TimeoutFlags::ABS | types::TimeoutFlags::ETIME_SUCCESS
         } else {
             types::TimeoutFlags::ABS
@@ -525,7 +534,7 @@ impl<T> Ring<T> {
                 // early. A hard link would ignore the cancel and issue the IO
                 // at once.
                 let t = self
-                    .timeout_entry(id, deadline, Tag::Wait)
+                    .timeout_entry(id, deadline, Tag::Wait, true)
                     .flags(squeue::Flags::IO_LINK);
                 self.push_entries(id, &[t, e])
             }
@@ -535,7 +544,14 @@ impl<T> Ring<T> {
 
     /// Queue a standalone absolute timeout.
     pub(crate) fn push_post_wait(&mut self, id: SlotId, deadline_ns: u64) -> io::Result<u64> {
-        let t = self.timeout_entry(id, deadline_ns, Tag::PostWait);
+        let t = self.timeout_entry(id, deadline_ns, Tag::PostWait, false);
+        self.push_entries(id, &[t])
+    }
+
+    /// Queue a standalone absolute timeout in front of an IO that is held
+    /// back until its CQE (not linked: the engine queues the IO itself).
+    pub(crate) fn push_wait(&mut self, id: SlotId, deadline_ns: u64) -> io::Result<u64> {
+        let t = self.timeout_entry(id, deadline_ns, Tag::Wait, false);
         self.push_entries(id, &[t])
     }
 

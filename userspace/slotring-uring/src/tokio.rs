@@ -99,6 +99,7 @@ impl AsyncEngine {
             offset,
             throttle: throttle.cloned(),
             max_block,
+            stage_waits: false,
         };
         self.run(s, buf).await
     }
@@ -118,6 +119,7 @@ impl AsyncEngine {
             offset,
             throttle: throttle.cloned(),
             max_block,
+            stage_waits: false,
         };
         self.run(s, buf).await
     }
@@ -154,9 +156,12 @@ impl AsyncEngine {
         )
     }
 
-    /// Reap and advance without waiting (e.g. to retire dropped requests).
+    /// Reap, advance and submit without waiting (e.g. to retire dropped
+    /// requests).
     pub fn poll_progress(&self) -> Result<(), UringError> {
-        self.inner.core.borrow_mut().turn(false)
+        let mut core = self.inner.core.borrow_mut();
+        core.turn(false)?;
+        core.flush()
     }
 }
 
@@ -165,11 +170,12 @@ impl Inner {
         loop {
             {
                 let mut core = self.core.borrow_mut();
+                // Reap and submit until quiet: what this reap queues must
+                // reach the kernel before the task sleeps.
                 if let Err(e) = core.flush() {
                     core.cancel(id, true);
                     return Poll::Ready((Err(e), Vec::new()));
                 }
-                core.reap();
                 if let Some((result, buf, _)) = core.take(id) {
                     return Poll::Ready((result, buf));
                 }

@@ -1,0 +1,88 @@
+//! # slotring
+//!
+//! The facade of the slotring workspace and the library behind the
+//! `slotring` command.
+//!
+//! * Re-exports, each behind a feature of the same name (all default):
+//!   [`throttle`] (`slotring-throttle`: ClickHouse's `Throttler`, exact and
+//!   lock-free), [`slots`] (`slotring-slots`: CPU slots, three schedulers,
+//!   parkable leases), [`uring`] (`slotring-uring`: throttled IO through
+//!   io_uring with page-cache detection and timeout-SQE waits), [`bpf`]
+//!   (`slotring-bpf`: the kernel proof that parked threads cost nothing, and
+//!   stats in pinned BPF maps).
+//! * With the `cli` feature: [`metrics`] (Prometheus families from counter
+//!   snapshots), [`http`] (the `/metrics` server), [`pinned`] (read the
+//!   pinned maps of any process), [`config`], [`workload`] (the `slotring
+//!   run` job), [`report`] and [`plot`].
+//!
+//! Embedding the three mechanisms in a storage service — a block-device
+//! read throttler, one query's CPU slot allocation, and the io_uring engine
+//! that charges reads to the throttler and parks the thread's CPU lease while
+//! it waits:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use slotring::slots::ConcurrencyControl;
+//! use slotring::throttle::{Throttle, ThrottlePtr, Throttler};
+//! use slotring::uring::{RingConfig, UringFile, open_engine};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Server-wide: 100 MiB/s from the block device, 4 CPU slots.
+//! let disk: ThrottlePtr = Arc::new(
+//!     Throttler::builder(100 << 20)
+//!         .name("local_read")
+//!         .limits_block_device_bandwidth(true)
+//!         .build()?,
+//! );
+//! let cpu = ConcurrencyControl::new();
+//! cpu.set_max_concurrency(4);
+//!
+//! // One query: at least 1, at most 2 threads.
+//! let query = cpu.allocate(1, 2)?;
+//! let mut slot = query.acquire()?;
+//! let _running = slot.make_current(); // this thread's CPU lease
+//!
+//! // io_uring if the kernel allows it, pread otherwise (and why).
+//! let (mut engine, why_not_uring) = open_engine(&RingConfig::default());
+//! if let Some(e) = why_not_uring {
+//!     eprintln!("using {}: {e}", engine.kind());
+//! }
+//! let path = std::env::temp_dir().join(format!("slotring-doc-{}", std::process::id()));
+//! std::fs::write(&path, vec![7u8; 64 << 10])?;
+//! let file = UringFile::new(std::fs::File::open(&path)?)?;
+//! let (n, buf) = engine.read_at(&file, vec![0; 64 << 10], 0, Some(&disk), Duration::from_secs(1));
+//! assert_eq!(n?, 64 << 10);
+//! assert!(buf.iter().all(|&b| b == 7));
+//! // Page-cache hits are not charged to a block-device throttler.
+//! let c = engine.counters();
+//! assert_eq!(c.read_bytes, 64 << 10);
+//! std::fs::remove_file(&path)?;
+//! # Ok(())
+//! # }
+//! ```
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "bpf")]
+pub use slotring_bpf as bpf;
+#[cfg(feature = "slots")]
+pub use slotring_slots as slots;
+#[cfg(feature = "throttle")]
+pub use slotring_throttle as throttle;
+#[cfg(feature = "uring")]
+pub use slotring_uring as uring;
+
+#[cfg(feature = "cli")]
+pub mod config;
+#[cfg(feature = "cli")]
+pub mod http;
+#[cfg(feature = "cli")]
+pub mod metrics;
+#[cfg(feature = "cli")]
+pub mod pinned;
+#[cfg(feature = "cli")]
+pub mod plot;
+#[cfg(feature = "cli")]
+pub mod report;
+#[cfg(feature = "cli")]
+pub mod workload;

@@ -1,0 +1,547 @@
+//! Prometheus metric families built from plain counter snapshots.
+//!
+//! A [`Snapshot`] holds the `#[repr(C)]` counter structs of the other crates
+//! (one [`ThrottleCounters`] per named throttler, [`SlotsCounters`],
+//! [`UringCounters`]) and, when the kernel probes are attached, a
+//! [`KernelSnapshot`]. [`families`] turns it into Prometheus metric families
+//! (built with the `prometheus` crate's data model) and [`encode`] renders the
+//! text exposition format that `/metrics` serves. Names follow the Prometheus
+//! conventions: `_total` counters, base units (bytes, seconds), gauges
+//! without suffix.
+//!
+//! The kernel's exp2 histograms (bucket 0 counts zeros, bucket `i >= 1`
+//! counts values in `[2^(i-1), 2^i)` ns, the last bucket takes the rest)
+//! become Prometheus histograms with **every** bucket present: bucket `i`
+//! has the upper bound `le = 2^i ns` (a value below `2^i` is `<= 2^i`), the
+//! last one is `+Inf`. The kernel keeps no sum, so `_sum` is estimated from
+//! the bucket midpoints (said so in the HELP text).
+
+use prometheus::proto::{
+    Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
+};
+use slotring_slots::{SlotsCounters, UNLIMITED};
+use slotring_throttle::ThrottleCounters;
+use slotring_uring::UringCounters;
+
+/// Buckets of the kernel's exp2 histograms (`slotring_bpf::abi::HIST_SLOTS`).
+pub const HIST_BUCKETS: usize = 40;
+
+/// One named throttler's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamedThrottler {
+    /// The throttler's name (the `throttler` label).
+    pub name: String,
+    /// Its counters.
+    pub counters: ThrottleCounters,
+}
+
+/// What the kernel probes measured, summed over the traced threads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSnapshot {
+    /// Threads registered with the probes (live or exited).
+    pub threads: u64,
+    /// Threads whose lease is parked right now.
+    pub leases_parked: u64,
+    /// Parks seen by the lease mirror.
+    pub parks: u64,
+    /// Wall ns with a lease parked (from the threads' lease clocks).
+    pub parked_ns: u64,
+    /// On-CPU ns while parked (exact, from the kernel's per-task counters).
+    pub parked_oncpu_ns: u64,
+    /// Run-queue ns while parked.
+    pub parked_runq_ns: u64,
+    /// On-CPU ns while holding a running (unparked) lease.
+    pub running_oncpu_ns: u64,
+    /// Context-switch events BPF never saw (time stays exact).
+    pub missed_events: u64,
+    /// exp2 histogram (ns) of on-CPU time per parked episode.
+    pub hist_park_cpu: [u64; HIST_BUCKETS],
+    /// exp2 histogram (ns) of run-queue latency at unpark.
+    pub hist_unpark_rq: [u64; HIST_BUCKETS],
+}
+
+impl Default for KernelSnapshot {
+    fn default() -> Self {
+        Self {
+            threads: 0,
+            leases_parked: 0,
+            parks: 0,
+            parked_ns: 0,
+            parked_oncpu_ns: 0,
+            parked_runq_ns: 0,
+            running_oncpu_ns: 0,
+            missed_events: 0,
+            hist_park_cpu: [0; HIST_BUCKETS],
+            hist_unpark_rq: [0; HIST_BUCKETS],
+        }
+    }
+}
+
+/// Everything `/metrics` shows, as plain numbers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Named throttlers.
+    pub throttlers: Vec<NamedThrottler>,
+    /// The CPU slot budget's counters.
+    pub slots: SlotsCounters,
+    /// The IO engines' counters (summed over engines).
+    pub uring: UringCounters,
+    /// Kernel measurements; `None` when the probes are not attached.
+    pub kernel: Option<KernelSnapshot>,
+}
+
+fn family(name: &str, help: &str, t: MetricType, metrics: Vec<Metric>) -> MetricFamily {
+    let mut f = MetricFamily::default();
+    f.set_name(name.to_owned());
+    f.set_help(help.to_owned());
+    f.set_field_type(t);
+    f.set_metric(metrics);
+    f
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Vec<LabelPair> {
+    pairs
+        .iter()
+        .map(|(n, v)| {
+            let mut l = LabelPair::default();
+            l.set_name((*n).to_owned());
+            l.set_value((*v).to_owned());
+            l
+        })
+        .collect()
+}
+
+fn counter_metric(v: f64, l: &[(&str, &str)]) -> Metric {
+    let mut c = Counter::default();
+    c.set_value(v);
+    let mut m = Metric::from_label(labels(l));
+    m.set_counter(c);
+    m
+}
+
+fn gauge_metric(v: f64, l: &[(&str, &str)]) -> Metric {
+    let mut g = Gauge::default();
+    g.set_value(v);
+    let mut m = Metric::from_label(labels(l));
+    m.set_gauge(g);
+    m
+}
+
+fn counter(name: &str, help: &str, v: f64) -> MetricFamily {
+    family(
+        name,
+        help,
+        MetricType::COUNTER,
+        vec![counter_metric(v, &[])],
+    )
+}
+
+fn gauge(name: &str, help: &str, v: f64) -> MetricFamily {
+    family(name, help, MetricType::GAUGE, vec![gauge_metric(v, &[])])
+}
+
+/// Upper bound (ns) of exp2 bucket `i` that is not the last one.
+fn bucket_upper_ns(i: usize) -> u64 {
+    1u64 << i
+}
+
+/// Convert an exp2 histogram (ns) into a Prometheus histogram in seconds,
+/// with every bucket present. Returns the histogram and its estimated sum.
+pub fn exp2_histogram(slots: &[u64; HIST_BUCKETS]) -> Histogram {
+    let mut buckets = Vec::with_capacity(HIST_BUCKETS);
+    let mut cumulative = 0u64;
+    let mut sum_ns = 0f64;
+    for (i, &c) in slots.iter().enumerate() {
+        cumulative = cumulative.saturating_add(c);
+        let (lo, hi) = match i {
+            0 => (0.0, 0.0),
+            _ => ((1u64 << (i - 1)) as f64, (1u64 << i) as f64),
+        };
+        sum_ns += c as f64 * (lo + hi) / 2.0;
+        // The last exp2 bucket is the `+Inf` bucket, which the encoder
+        // writes (spelled `+Inf`) from the sample count.
+        if i + 1 < HIST_BUCKETS {
+            let mut b = Bucket::default();
+            b.set_cumulative_count(cumulative);
+            b.set_upper_bound(bucket_upper_ns(i) as f64 / 1e9);
+            buckets.push(b);
+        }
+    }
+    let mut h = Histogram::default();
+    h.set_bucket(buckets);
+    h.set_sample_count(cumulative);
+    h.set_sample_sum(sum_ns / 1e9);
+    h
+}
+
+fn histogram(name: &str, help: &str, slots: &[u64; HIST_BUCKETS]) -> MetricFamily {
+    let mut m = Metric::default();
+    m.set_histogram(exp2_histogram(slots));
+    family(name, help, MetricType::HISTOGRAM, vec![m])
+}
+
+fn secs_us(us: u64) -> f64 {
+    us as f64 / 1e6
+}
+
+fn secs_ns(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// The metric families of a snapshot, in a stable order.
+pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
+    let mut out = Vec::new();
+    // Throttlers (one series per throttler).
+    if !s.throttlers.is_empty() {
+        type Pick = fn(&ThrottleCounters) -> f64;
+        let per: [(&str, &str, MetricType, Pick); 6] = [
+            (
+                "slotring_throttler_bytes_total",
+                "Bytes charged to the throttler.",
+                MetricType::COUNTER,
+                |c| c.amount as f64,
+            ),
+            (
+                "slotring_throttler_page_cache_bytes_total",
+                "Page-cache bytes this block-device throttler did not charge.",
+                MetricType::COUNTER,
+                |c| c.page_cache_amount as f64,
+            ),
+            (
+                "slotring_throttler_wait_seconds_total",
+                "Time waited (or booked to wait) on the throttler.",
+                MetricType::COUNTER,
+                |c| secs_us(c.wait_us),
+            ),
+            (
+                "slotring_throttler_waits_total",
+                "Waits (or booked waits) on the throttler.",
+                MetricType::COUNTER,
+                |c| c.waits as f64,
+            ),
+            (
+                "slotring_throttler_blocked",
+                "Threads blocked in the throttler now.",
+                MetricType::GAUGE,
+                |c| c.block_count as f64,
+            ),
+            (
+                "slotring_throttler_max_bytes_per_second",
+                "Configured rate of the throttler (0 = unlimited).",
+                MetricType::GAUGE,
+                |c| c.max_speed as f64,
+            ),
+        ];
+        for (name, help, t, pick) in per {
+            let metrics = s
+                .throttlers
+                .iter()
+                .map(|th| {
+                    let l = [("throttler", th.name.as_str())];
+                    match t {
+                        MetricType::COUNTER => counter_metric(pick(&th.counters), &l),
+                        _ => gauge_metric(pick(&th.counters), &l),
+                    }
+                })
+                .collect();
+            out.push(family(name, help, t, metrics));
+        }
+    }
+    // CPU slots.
+    let c = &s.slots;
+    out.push(counter(
+        "slotring_slots_granted_total",
+        "Slots granted unconditionally (the min of every allocation).",
+        c.slots_granted as f64,
+    ));
+    out.push(counter(
+        "slotring_slots_delayed_total",
+        "Slots wanted but not available when asked for.",
+        c.slots_delayed as f64,
+    ));
+    out.push(counter(
+        "slotring_slots_acquired_total",
+        "Competing slots acquired.",
+        c.slots_acquired as f64,
+    ));
+    out.push(counter(
+        "slotring_slots_acquired_non_competing_total",
+        "Non-competing (min) slots acquired under the fair schedulers.",
+        c.slots_acquired_non_competing as f64,
+    ));
+    out.push(counter(
+        "slotring_queries_delayed_total",
+        "Allocations (queries) that hit the capacity wall, once each.",
+        c.queries_delayed as f64,
+    ));
+    out.push(counter(
+        "slotring_slots_wait_seconds_total",
+        "Time spent blocked waiting for a slot.",
+        secs_us(c.wait_us),
+    ));
+    out.push(counter(
+        "slotring_lease_parks_total",
+        "CPU lease parks.",
+        c.parks as f64,
+    ));
+    out.push(counter(
+        "slotring_lease_unparks_total",
+        "CPU lease unparks.",
+        c.unparks as f64,
+    ));
+    out.push(counter(
+        "slotring_lease_unpark_borrows_total",
+        "Unparks that found the budget full and borrowed a slot.",
+        c.unpark_borrows as f64,
+    ));
+    let max = if c.max_concurrency == UNLIMITED {
+        0.0
+    } else {
+        c.max_concurrency as f64
+    };
+    out.push(gauge(
+        "slotring_slots_max",
+        "The CPU slot budget (0 = unlimited).",
+        max,
+    ));
+    out.push(gauge(
+        "slotring_slots_in_use",
+        "Competing slots counted against the budget now (granted or acquired, not parked).",
+        c.cur_concurrency as f64,
+    ));
+    out.push(gauge(
+        "slotring_slot_allocations",
+        "Live slot allocations (queries).",
+        c.allocations as f64,
+    ));
+    out.push(gauge(
+        "slotring_slot_waiters",
+        "Allocations waiting for slots.",
+        c.waiters as f64,
+    ));
+    out.push(gauge(
+        "slotring_leases_parked",
+        "Acquired slots whose CPU lease is parked now.",
+        c.parked as f64,
+    ));
+    out.push(gauge(
+        "slotring_slots_borrowed",
+        "Slots borrowed by unparks and not yet repaid.",
+        c.borrowed as f64,
+    ));
+    // IO engine.
+    let u = &s.uring;
+    let io: [(&str, &str, f64); 15] = [
+        (
+            "slotring_io_reads_total",
+            "Reads completed.",
+            u.reads as f64,
+        ),
+        (
+            "slotring_io_writes_total",
+            "Writes completed.",
+            u.writes as f64,
+        ),
+        (
+            "slotring_io_read_bytes_total",
+            "Bytes read.",
+            u.read_bytes as f64,
+        ),
+        (
+            "slotring_io_write_bytes_total",
+            "Bytes written.",
+            u.write_bytes as f64,
+        ),
+        (
+            "slotring_io_page_cache_hits_total",
+            "Reads detected as served from the page cache.",
+            u.page_cache_hits as f64,
+        ),
+        (
+            "slotring_io_page_cache_bytes_total",
+            "Bytes detected as served from the page cache.",
+            u.page_cache_bytes as f64,
+        ),
+        (
+            "slotring_io_nowait_misses_total",
+            "RWF_NOWAIT probes that missed the page cache.",
+            u.nowait_misses as f64,
+        ),
+        (
+            "slotring_io_cachestat_checks_total",
+            "cachestat(2) calls made by the disk-rate guard.",
+            u.cachestat_checks as f64,
+        ),
+        (
+            "slotring_io_waits_total",
+            "Throttle waits booked by the engine (timeout SQEs or sleeps).",
+            u.waits_submitted as f64,
+        ),
+        (
+            "slotring_io_wait_seconds_total",
+            "Total booked throttle wait of the engine.",
+            secs_us(u.wait_us),
+        ),
+        (
+            "slotring_io_cancellations_total",
+            "Requests that ended cancelled.",
+            u.cancellations as f64,
+        ),
+        (
+            "slotring_io_resubmits_total",
+            "IOs resubmitted after EINTR/EAGAIN or busy enters.",
+            u.resubmits as f64,
+        ),
+        (
+            "slotring_io_short_reads_total",
+            "Short transfers continued.",
+            u.short_reads as f64,
+        ),
+        (
+            "slotring_io_sq_full_total",
+            "Times the submission queue was full.",
+            u.sq_full as f64,
+        ),
+        (
+            "slotring_io_cq_overflows_total",
+            "Enters that found the completion queue overflowed (nothing lost).",
+            u.cq_overflows as f64,
+        ),
+    ];
+    for (name, help, v) in io {
+        out.push(counter(name, help, v));
+    }
+    // Kernel probes.
+    out.push(gauge(
+        "slotring_probes_attached",
+        "1 when the eBPF probes are attached, 0 when running without them.",
+        if s.kernel.is_some() { 1.0 } else { 0.0 },
+    ));
+    if let Some(k) = &s.kernel {
+        out.push(gauge(
+            "slotring_bpf_threads",
+            "Threads registered with the eBPF probes.",
+            k.threads as f64,
+        ));
+        out.push(counter(
+            "slotring_parked_seconds_total",
+            "Wall time with a CPU lease parked, summed over threads.",
+            secs_ns(k.parked_ns),
+        ));
+        out.push(counter(
+            "slotring_parked_oncpu_seconds_total",
+            "On-CPU time while the lease was parked (kernel-measured).",
+            secs_ns(k.parked_oncpu_ns),
+        ));
+        out.push(counter(
+            "slotring_parked_runqueue_seconds_total",
+            "Run-queue time while the lease was parked (kernel-measured).",
+            secs_ns(k.parked_runq_ns),
+        ));
+        out.push(counter(
+            "slotring_running_oncpu_seconds_total",
+            "On-CPU time while holding a running lease (kernel-measured).",
+            secs_ns(k.running_oncpu_ns),
+        ));
+        out.push(counter(
+            "slotring_bpf_missed_events_total",
+            "Context switches BPF never saw (time stays exact).",
+            k.missed_events as f64,
+        ));
+        out.push(histogram(
+            "slotring_parked_oncpu_episode_seconds",
+            "On-CPU time per parked episode, from the kernel's exp2 buckets (sum estimated from bucket midpoints).",
+            &k.hist_park_cpu,
+        ));
+        out.push(histogram(
+            "slotring_unpark_runqueue_latency_seconds",
+            "Run-queue latency at unpark, from the kernel's exp2 buckets (sum estimated from bucket midpoints).",
+            &k.hist_unpark_rq,
+        ));
+    }
+    out
+}
+
+/// The text exposition format of [`families`].
+pub fn encode(s: &Snapshot) -> String {
+    prometheus::TextEncoder::new()
+        .encode_to_string(&families(s))
+        .expect("every family has a name and at least one metric")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp2_buckets_are_cumulative_and_complete() {
+        let mut slots = [0u64; HIST_BUCKETS];
+        slots[0] = 2; // zeros
+        slots[3] = 1; // [4, 8) ns
+        slots[HIST_BUCKETS - 1] = 5; // the rest
+        let h = exp2_histogram(&slots);
+        let b = h.get_bucket();
+        // 39 finite buckets; the encoder adds `+Inf` from the count.
+        assert_eq!(b.len(), HIST_BUCKETS - 1);
+        assert_eq!(b[0].cumulative_count(), 2);
+        assert_eq!(b[0].upper_bound(), 1e-9);
+        assert_eq!(b[2].cumulative_count(), 2);
+        assert_eq!(b[3].cumulative_count(), 3);
+        assert_eq!(b[3].upper_bound(), 8e-9);
+        assert_eq!(b[HIST_BUCKETS - 2].cumulative_count(), 3);
+        assert_eq!(h.get_sample_count(), 8);
+        // 0 for the zeros, 6 ns for the [4, 8) value, midpoint of the last.
+        let last = ((1u64 << 38) as f64 + (1u64 << 39) as f64) / 2.0;
+        assert!((h.get_sample_sum() - (6.0 + 5.0 * last) / 1e9).abs() < 1e-12);
+    }
+
+    #[test]
+    fn text_has_issue_names_and_labels() {
+        let s = Snapshot {
+            throttlers: vec![NamedThrottler {
+                name: "local_read".into(),
+                counters: ThrottleCounters {
+                    amount: 1 << 20,
+                    page_cache_amount: 4096,
+                    wait_us: 1_500_000,
+                    ..Default::default()
+                },
+            }],
+            slots: SlotsCounters {
+                max_concurrency: UNLIMITED,
+                slots_delayed: 3,
+                ..Default::default()
+            },
+            kernel: Some(KernelSnapshot {
+                parked_oncpu_ns: 2_000_000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = encode(&s);
+        assert!(
+            text.contains("slotring_throttler_bytes_total{throttler=\"local_read\"} 1048576\n")
+        );
+        assert!(
+            text.contains("slotring_throttler_wait_seconds_total{throttler=\"local_read\"} 1.5\n")
+        );
+        assert!(text.contains("slotring_slots_delayed_total 3\n"));
+        assert!(text.contains("slotring_slots_max 0\n"));
+        assert!(text.contains("slotring_parked_oncpu_seconds_total 0.002\n"));
+        assert!(text.contains("slotring_probes_attached 1\n"));
+        let buckets = text
+            .lines()
+            .filter(|l| l.starts_with("slotring_unpark_runqueue_latency_seconds_bucket"))
+            .count();
+        assert_eq!(buckets, HIST_BUCKETS);
+        assert!(text.contains("slotring_unpark_runqueue_latency_seconds_bucket{le=\"+Inf\"} 0\n"));
+    }
+
+    #[test]
+    fn no_kernel_means_no_kernel_families() {
+        let text = encode(&Snapshot::default());
+        assert!(text.contains("slotring_probes_attached 0\n"));
+        assert!(!text.contains("slotring_parked_oncpu_seconds_total"));
+        assert!(!text.contains("slotring_throttler_bytes_total"));
+    }
+}

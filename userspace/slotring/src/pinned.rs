@@ -1,0 +1,401 @@
+//! Read the pinned BPF maps of any process that embeds slotring.
+//!
+//! A process that loads `slotring-bpf` pins its maps under a directory
+//! (default `/sys/fs/bpf/slotring/`): `throttle`, `slots`, `uring` (the
+//! counters, map name = metric name), `lease` and `thread_acct` (per-thread
+//! lease clocks and kernel accounting), `hist_park_cpu` and `hist_unpark_rq`.
+//! [`PinnedMaps`] opens them by path (like `bpftool map dump pinned …`),
+//! decodes every value with the `slotring-bpf` ABI mirrors and builds a
+//! [`Snapshot`] for `slotring stats` and `slotring exporter`. Each read is
+//! one `BPF_MAP_LOOKUP_ELEM` per entry; no map is written.
+
+use std::path::{Path, PathBuf};
+
+use aya::maps::{Array, Map, MapData};
+use slotring_bpf::abi::{HIST_SLOTS, LeaseSlot, ThreadAcct, ThrottleStats};
+use slotring_bpf::{AbiStruct, Hist, SlotStats, UringStats};
+use slotring_slots::SlotsCounters;
+use slotring_throttle::{LeaseState, ThrottleCounters};
+use slotring_uring::UringCounters;
+
+use crate::metrics::{HIST_BUCKETS, KernelSnapshot, NamedThrottler, Snapshot};
+
+/// The default pin directory of `slotring-bpf`.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/slotring";
+
+const _: () = assert!(HIST_SLOTS == HIST_BUCKETS);
+
+/// Why pinned maps could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum PinnedError {
+    /// The map is not pinned (no process is publishing there).
+    #[error(
+        "no pinned slotring map at {path} (is a process using slotring with probes running? see --pin-dir)"
+    )]
+    Missing {
+        /// The path.
+        path: PathBuf,
+    },
+    /// Opening or reading the map failed (often: not root / no CAP_BPF).
+    #[error("reading pinned map {path}: {detail}")]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// aya's message.
+        detail: String,
+    },
+}
+
+fn read_array<const N: usize>(dir: &Path, name: &str) -> Result<Vec<Vec<u64>>, PinnedError> {
+    let path = dir.join(name);
+    if !path.exists() {
+        return Err(PinnedError::Missing { path });
+    }
+    let err = |e: &dyn std::fmt::Display| PinnedError::Read {
+        path: path.clone(),
+        detail: e.to_string(),
+    };
+    let data = MapData::from_pin(&path).map_err(|e| err(&e))?;
+    let map = Map::from_map_data(data).map_err(|e| err(&e))?;
+    let array: Array<MapData, [u64; N]> = Array::try_from(map).map_err(|e| err(&e))?;
+    array
+        .iter()
+        .map(|v| v.map(|w| w.to_vec()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| err(&e))
+}
+
+macro_rules! by_size {
+    ($words:expr, $dir:expr, $name:expr; $($n:literal)*) => {
+        match $words {
+            $($n => read_array::<$n>($dir, $name),)*
+            other => Err(PinnedError::Read {
+                path: $dir.join($name),
+                detail: format!("unsupported value size of {other} words"),
+            }),
+        }
+    };
+}
+
+/// Every entry of the pinned array `name`, decoded as `T` (the value size
+/// comes from the ABI mirror, so a layout change is picked up at build time).
+fn read_all<T: AbiStruct>(dir: &Path, name: &str) -> Result<Vec<T>, PinnedError> {
+    let rows = by_size!(T::WORDS, dir, name;
+        1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32
+        33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61
+        62 63 64)?;
+    Ok(rows.iter().map(|w| T::from_words(w)).collect())
+}
+
+/// Decoded per-thread state: the lease clock and the kernel's accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadState {
+    /// Thread id.
+    pub tid: u32,
+    /// The thread's lease slot.
+    pub lease: LeaseSlot,
+    /// The kernel's accounting.
+    pub acct: ThreadAcct,
+}
+
+impl ThreadState {
+    /// Wall ns parked up to `now_ns` (CLOCK_MONOTONIC), including an open
+    /// parked interval.
+    pub fn parked_ns(&self, now_ns: u64) -> u64 {
+        self.lease
+            .clock()
+            .time_in(LeaseState::Parked as usize, now_ns)
+    }
+
+    /// The thread's lease state now.
+    pub fn state(&self) -> u64 {
+        self.lease.clock().state
+    }
+}
+
+/// Handle on a pin directory.
+#[derive(Debug, Clone)]
+pub struct PinnedMaps {
+    dir: PathBuf,
+}
+
+impl PinnedMaps {
+    /// Use the maps pinned under `dir` (checked on each read).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+
+    /// The pin directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Named throttlers (entries with an empty name are unused).
+    pub fn throttlers(&self) -> Result<Vec<NamedThrottler>, PinnedError> {
+        Ok(read_all::<ThrottleStats>(&self.dir, "throttle")?
+            .into_iter()
+            .filter(|t| t.name[0] != 0)
+            .map(|t| NamedThrottler {
+                name: t.name_str(),
+                counters: ThrottleCounters {
+                    amount: t.amount,
+                    page_cache_amount: t.page_cache_amount,
+                    wait_us: t.wait_us,
+                    waits: t.waits,
+                    block_count: t.block_count,
+                    max_speed: t.max_speed,
+                },
+            })
+            .collect())
+    }
+
+    /// The slot counters.
+    pub fn slots(&self) -> Result<SlotsCounters, PinnedError> {
+        let s = read_all::<SlotStats>(&self.dir, "slots")?;
+        Ok(slots_from_abi(&s.first().copied().unwrap_or_default()))
+    }
+
+    /// The engine counters.
+    pub fn uring(&self) -> Result<UringCounters, PinnedError> {
+        let u = read_all::<UringStats>(&self.dir, "uring")?;
+        Ok(uring_from_abi(&u.first().copied().unwrap_or_default()))
+    }
+
+    fn hist(&self, name: &str) -> Result<[u64; HIST_BUCKETS], PinnedError> {
+        let h = read_all::<Hist>(&self.dir, name)?;
+        Ok(h.first().copied().unwrap_or_default().slots)
+    }
+
+    /// Every registered thread's state.
+    pub fn threads(&self) -> Result<Vec<ThreadState>, PinnedError> {
+        let leases = read_all::<LeaseSlot>(&self.dir, "lease")?;
+        let accts = read_all::<ThreadAcct>(&self.dir, "thread_acct")?;
+        Ok(leases
+            .into_iter()
+            .zip(accts)
+            .filter(|(l, _)| l.tid != 0)
+            .map(|(lease, acct)| ThreadState {
+                tid: lease.tid as u32,
+                lease,
+                acct,
+            })
+            .collect())
+    }
+
+    /// The kernel part of a snapshot.
+    pub fn kernel(&self) -> Result<KernelSnapshot, PinnedError> {
+        let now = monotonic_ns();
+        let threads = self.threads()?;
+        Ok(kernel_from_threads(
+            &threads,
+            now,
+            self.hist("hist_park_cpu")?,
+            self.hist("hist_unpark_rq")?,
+        ))
+    }
+
+    /// Everything, as `/metrics` shows it.
+    pub fn snapshot(&self) -> Result<Snapshot, PinnedError> {
+        Ok(Snapshot {
+            throttlers: self.throttlers()?,
+            slots: self.slots()?,
+            uring: self.uring()?,
+            kernel: Some(self.kernel()?),
+        })
+    }
+}
+
+/// Sum per-thread states into a [`KernelSnapshot`].
+pub fn kernel_from_threads(
+    threads: &[ThreadState],
+    now_ns: u64,
+    hist_park_cpu: [u64; HIST_BUCKETS],
+    hist_unpark_rq: [u64; HIST_BUCKETS],
+) -> KernelSnapshot {
+    let p = LeaseState::Parked as usize;
+    let r = LeaseState::Running as usize;
+    let mut k = KernelSnapshot {
+        hist_park_cpu,
+        hist_unpark_rq,
+        ..KernelSnapshot::default()
+    };
+    for t in threads {
+        k.threads += 1;
+        if t.state() == p as u64 {
+            k.leases_parked += 1;
+        }
+        k.parks += t.lease.parks;
+        k.parked_ns += t.parked_ns(now_ns);
+        k.parked_oncpu_ns += t.acct.on_cpu_ns[p];
+        k.parked_runq_ns += t.acct.runq_ns[p];
+        k.running_oncpu_ns += t.acct.on_cpu_ns[r];
+        k.missed_events += t.acct.missed_switch_in + t.acct.missed_switch_out;
+    }
+    k
+}
+
+/// `SlotStats` (BPF ABI) → `SlotsCounters` (same fields).
+pub fn slots_from_abi(s: &SlotStats) -> SlotsCounters {
+    SlotsCounters {
+        slots_granted: s.slots_granted,
+        slots_delayed: s.slots_delayed,
+        slots_acquired: s.slots_acquired,
+        slots_acquired_non_competing: s.slots_acquired_non_competing,
+        queries_delayed: s.queries_delayed,
+        wait_us: s.wait_us,
+        parks: s.parks,
+        unparks: s.unparks,
+        unpark_borrows: s.unpark_borrows,
+        max_concurrency: s.max_concurrency,
+        cur_concurrency: s.cur_concurrency,
+        allocations: s.allocations,
+        waiters: s.waiters,
+        parked: s.parked,
+        borrowed: s.borrowed,
+    }
+}
+
+/// `SlotsCounters` → `SlotStats` (BPF ABI, same fields).
+pub fn slots_to_abi(s: &SlotsCounters) -> SlotStats {
+    SlotStats {
+        slots_granted: s.slots_granted,
+        slots_delayed: s.slots_delayed,
+        slots_acquired: s.slots_acquired,
+        slots_acquired_non_competing: s.slots_acquired_non_competing,
+        queries_delayed: s.queries_delayed,
+        wait_us: s.wait_us,
+        parks: s.parks,
+        unparks: s.unparks,
+        unpark_borrows: s.unpark_borrows,
+        max_concurrency: s.max_concurrency,
+        cur_concurrency: s.cur_concurrency,
+        allocations: s.allocations,
+        waiters: s.waiters,
+        parked: s.parked,
+        borrowed: s.borrowed,
+    }
+}
+
+/// `UringStats` (BPF ABI) → `UringCounters` (same fields).
+pub fn uring_from_abi(u: &UringStats) -> UringCounters {
+    UringCounters {
+        reads: u.reads,
+        writes: u.writes,
+        read_bytes: u.read_bytes,
+        write_bytes: u.write_bytes,
+        page_cache_hits: u.page_cache_hits,
+        page_cache_bytes: u.page_cache_bytes,
+        nowait_misses: u.nowait_misses,
+        cachestat_checks: u.cachestat_checks,
+        waits_submitted: u.waits_submitted,
+        wait_us: u.wait_us,
+        cancellations: u.cancellations,
+        resubmits: u.resubmits,
+        short_reads: u.short_reads,
+        sq_full: u.sq_full,
+        cq_overflows: u.cq_overflows,
+    }
+}
+
+/// `UringCounters` → `UringStats` (BPF ABI, same fields).
+pub fn uring_to_abi(u: &UringCounters) -> UringStats {
+    UringStats {
+        reads: u.reads,
+        writes: u.writes,
+        read_bytes: u.read_bytes,
+        write_bytes: u.write_bytes,
+        page_cache_hits: u.page_cache_hits,
+        page_cache_bytes: u.page_cache_bytes,
+        nowait_misses: u.nowait_misses,
+        cachestat_checks: u.cachestat_checks,
+        waits_submitted: u.waits_submitted,
+        wait_us: u.wait_us,
+        cancellations: u.cancellations,
+        resubmits: u.resubmits,
+        short_reads: u.short_reads,
+        sq_full: u.sq_full,
+        cq_overflows: u.cq_overflows,
+    }
+}
+
+/// CLOCK_MONOTONIC in ns (the clock of the lease slots).
+pub fn monotonic_ns() -> u64 {
+    slotring_bpf::monotonic_ns()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn abi_round_trips_keep_every_field() {
+        let s = SlotsCounters {
+            slots_granted: 1,
+            slots_delayed: 2,
+            slots_acquired: 3,
+            slots_acquired_non_competing: 4,
+            queries_delayed: 5,
+            wait_us: 6,
+            parks: 7,
+            unparks: 8,
+            unpark_borrows: 9,
+            max_concurrency: 10,
+            cur_concurrency: 11,
+            allocations: 12,
+            waiters: 13,
+            parked: 14,
+            borrowed: 15,
+        };
+        assert_eq!(slots_from_abi(&slots_to_abi(&s)), s);
+        // The ABI words are the fields in declaration order.
+        assert_eq!(slots_to_abi(&s).to_words(), (1..=15).collect::<Vec<u64>>());
+        let u = UringCounters {
+            reads: 1,
+            writes: 2,
+            read_bytes: 3,
+            write_bytes: 4,
+            page_cache_hits: 5,
+            page_cache_bytes: 6,
+            nowait_misses: 7,
+            cachestat_checks: 8,
+            waits_submitted: 9,
+            wait_us: 10,
+            cancellations: 11,
+            resubmits: 12,
+            short_reads: 13,
+            sq_full: 14,
+            cq_overflows: 15,
+        };
+        assert_eq!(uring_from_abi(&uring_to_abi(&u)), u);
+        assert_eq!(uring_to_abi(&u).to_words(), (1..=15).collect::<Vec<u64>>());
+    }
+
+    #[test]
+    fn missing_dir_names_the_path() {
+        let d = tempfile::tempdir().unwrap();
+        let err = PinnedMaps::new(d.path()).slots().unwrap_err();
+        assert!(err.to_string().contains("slots"), "{err}");
+    }
+
+    #[test]
+    fn parked_interval_is_counted_while_open() {
+        let mut lease = LeaseSlot {
+            tid: 7,
+            active: 1,
+            ..LeaseSlot::default()
+        };
+        lease.clk[1].state = LeaseState::Parked as u64;
+        lease.clk[1].since_ns = 1_000;
+        lease.clk[1].state_ns[LeaseState::Parked as usize] = 500;
+        // The inactive buffer is ignored.
+        lease.clk[0].state_ns[LeaseState::Parked as usize] = 99_999;
+        let t = ThreadState {
+            tid: 7,
+            lease,
+            acct: ThreadAcct::default(),
+        };
+        assert_eq!(t.parked_ns(3_000), 2_500);
+        let k = kernel_from_threads(&[t], 3_000, [0; HIST_BUCKETS], [0; HIST_BUCKETS]);
+        assert_eq!((k.threads, k.leases_parked, k.parked_ns), (1, 1, 2_500));
+    }
+}

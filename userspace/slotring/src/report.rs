@@ -1,0 +1,510 @@
+//! The report of `slotring run`: the model, Jain's index, text and JSON.
+//!
+//! The same [`Report`] is printed as text and serialised as JSON
+//! (`--json`); every number is measured in the run.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::config::RunConfig;
+
+/// Jain's fairness index `(Σx)² / (n·Σx²)`: 1 when all are equal, `1/n` when
+/// one takes everything. 1 for an empty or all-zero input.
+pub fn jain(xs: &[f64]) -> f64 {
+    let n = xs.len() as f64;
+    let sum: f64 = xs.iter().sum();
+    let sq: f64 = xs.iter().map(|x| x * x).sum();
+    if xs.is_empty() || sq == 0.0 {
+        1.0
+    } else {
+        sum * sum / (n * sq)
+    }
+}
+
+/// The data file.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DataFile {
+    /// Path (removed after the run unless `keep`).
+    pub path: String,
+    /// Size, bytes.
+    pub size_bytes: u64,
+    /// Filesystem type (`ext4`, `xfs`, `tmpfs`, …).
+    pub filesystem: String,
+    /// Seconds spent creating it (0 when reused).
+    pub create_s: f64,
+    /// Whether it was kept.
+    pub kept: bool,
+}
+
+/// One throttler: achieved vs configured.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ThrottlerReport {
+    /// Name.
+    pub name: String,
+    /// Configured rate, bytes/s (0 = unlimited).
+    pub configured_bytes_per_s: u64,
+    /// Bucket size (initial burst), bytes.
+    pub burst_bytes: u64,
+    /// Bytes charged.
+    pub charged_bytes: u64,
+    /// Page-cache bytes this block-device throttler did not charge.
+    pub page_cache_bytes_not_charged: u64,
+    /// `charged / elapsed`.
+    pub achieved_bytes_per_s: f64,
+    /// `(charged − burst) / elapsed`: the sustained rate.
+    pub sustained_bytes_per_s: f64,
+    /// `|sustained − configured| / configured × 100`, when limited and the
+    /// demand kept the bucket in debt (`None` otherwise).
+    pub rate_error_pct: Option<f64>,
+    /// Whether the demand exceeded the limit (some request waited).
+    pub saturated: bool,
+    /// Time waited or booked, seconds.
+    pub wait_s: f64,
+    /// Waits.
+    pub waits: u64,
+}
+
+/// The IO engine.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct IoReport {
+    /// `io_uring` or `pread`.
+    pub engine: String,
+    /// Why io_uring was not used, if it was asked for and not used.
+    pub fallback_reason: Option<String>,
+    /// Reads.
+    pub reads: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Bytes written (creating the data file).
+    pub write_bytes: u64,
+    /// Reads detected as page-cache hits.
+    pub page_cache_hits: u64,
+    /// Bytes detected as page-cache hits.
+    pub page_cache_bytes: u64,
+    /// RWF_NOWAIT misses.
+    pub nowait_misses: u64,
+    /// cachestat checks of the disk-rate guard.
+    pub cachestat_checks: u64,
+    /// Throttle waits booked by the engine.
+    pub waits: u64,
+    /// Booked wait, seconds.
+    pub wait_s: f64,
+}
+
+/// CPU slots.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SlotsReport {
+    /// The budget.
+    pub max_concurrency: u64,
+    /// The scheduler.
+    pub scheduler: String,
+    /// Whether leases were parked during IO waits.
+    pub lease_parking: bool,
+    /// Slots granted unconditionally.
+    pub slots_granted: u64,
+    /// Slots delayed.
+    pub slots_delayed: u64,
+    /// Competing slots acquired.
+    pub slots_acquired: u64,
+    /// Non-competing slots acquired.
+    pub slots_acquired_non_competing: u64,
+    /// Queries delayed.
+    pub queries_delayed: u64,
+    /// Time blocked waiting for slots, seconds (sum over threads).
+    pub slot_wait_s: f64,
+    /// Lease parks.
+    pub parks: u64,
+    /// Lease unparks.
+    pub unparks: u64,
+    /// Unparks that borrowed a slot.
+    pub unpark_borrows: u64,
+    /// Slots still borrowed at the end (0 when nothing leaked).
+    pub borrowed_at_end: u64,
+    /// Slots in use at the end (0 when nothing leaked).
+    pub in_use_at_end: u64,
+}
+
+/// One query.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct QueryReport {
+    /// Query number.
+    pub id: u32,
+    /// `scan` or `short`.
+    pub kind: String,
+    /// Start, seconds since the run started.
+    pub start_s: f64,
+    /// End, seconds since the run started.
+    pub end_s: f64,
+    /// Reads.
+    pub reads: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Mean slots held while the query was live (time average of samples).
+    pub mean_slots: f64,
+    /// Most slots held at a sample.
+    pub max_slots: u64,
+    /// Time its threads were blocked waiting for a slot, seconds.
+    pub slot_wait_s: f64,
+}
+
+/// Fairness between the scan queries.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FairnessReport {
+    /// Jain's index of the scans' mean slots held over the run.
+    pub jain_scans: f64,
+    /// Mean over samples of Jain's index of the scans' slots at that sample.
+    pub jain_instant_mean: f64,
+    /// Samples taken.
+    pub samples: u64,
+}
+
+/// Sampled series (one point per sample) for the plot.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct Timeline {
+    /// Sample times, seconds since start.
+    pub t_s: Vec<f64>,
+    /// Rate charged to the block-device throttler in the interval, bytes/s.
+    pub disk_bytes_per_s: Vec<f64>,
+    /// Page-cache bytes/s in the interval.
+    pub page_cache_bytes_per_s: Vec<f64>,
+    /// Slots held by each scan query at each sample.
+    pub scan_slots: Vec<Vec<u64>>,
+    /// Slots held by all short queries at each sample.
+    pub short_slots: Vec<u64>,
+    /// `slotring_slots_in_use` at each sample.
+    pub slots_in_use: Vec<u64>,
+    /// Parked leases at each sample.
+    pub leases_parked: Vec<u64>,
+}
+
+/// The kernel's verdict on parked threads.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct KernelReport {
+    /// Whether the eBPF probes were attached.
+    pub attached: bool,
+    /// `tp_btf` or `raw_tp` when attached.
+    pub attach_mode: Option<String>,
+    /// Why not, when not attached.
+    pub reason: Option<String>,
+    /// `pass`, `fail` or `unverified`.
+    pub verdict: String,
+    /// Threshold: parked on-CPU time as a fraction of parked time.
+    pub max_parked_cpu_ratio: f64,
+    /// On-CPU time allowed per park for entering and leaving the wait, µs.
+    pub per_park_allowance_us: f64,
+    /// Threads verified.
+    pub threads: u64,
+    /// Threads over the threshold.
+    pub failing_tids: Vec<u32>,
+    /// Details of (up to 8 of) the threads over the threshold.
+    pub failing: Vec<FailingThread>,
+    /// Lease parks seen by the kernel mirror.
+    pub parks: u64,
+    /// Wall time parked, seconds (sum over threads).
+    pub parked_s: f64,
+    /// On-CPU while parked, seconds.
+    pub parked_oncpu_s: f64,
+    /// `parked_oncpu / parked × 100`.
+    pub parked_oncpu_pct: f64,
+    /// Run-queue while parked, seconds.
+    pub parked_runq_s: f64,
+    /// Mean wake-up latency at unpark, µs.
+    pub unpark_wake_avg_us: f64,
+    /// Largest wake-up latency at unpark, µs.
+    pub unpark_wake_max_us: f64,
+    /// Switch events BPF missed (time stays exact).
+    pub missed_events: u64,
+    /// On-CPU µs while parked, per park (kernel work done for the thread's
+    /// own IO inside the parked window, e.g. copying read data).
+    pub parked_oncpu_us_per_park: f64,
+}
+
+/// A thread whose parked on-CPU time exceeded the threshold.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FailingThread {
+    /// Thread id.
+    pub tid: u32,
+    /// Its parks.
+    pub parks: u64,
+    /// Wall time parked, ms.
+    pub parked_ms: f64,
+    /// On-CPU while parked, µs.
+    pub parked_oncpu_us: f64,
+    /// Run-queue while parked, µs.
+    pub parked_runq_us: f64,
+}
+
+/// Process-level resource use.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ProcessReport {
+    /// Most threads alive at a sample.
+    pub peak_threads: u64,
+    /// Threads created for queries over the run.
+    pub query_threads: u64,
+    /// CPU seconds (user + system) of the whole process during the queries.
+    pub cpu_s: f64,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Report {
+    /// Settings used.
+    pub config: RunConfig,
+    /// Wall time of the query phase, seconds.
+    pub elapsed_s: f64,
+    /// Whether the run was interrupted (Ctrl-C).
+    pub interrupted: bool,
+    /// The data file.
+    pub data_file: DataFile,
+    /// Per throttler.
+    pub throttlers: Vec<ThrottlerReport>,
+    /// The engine.
+    pub io: IoReport,
+    /// CPU slots.
+    pub slots: SlotsReport,
+    /// Fairness.
+    pub fairness: FairnessReport,
+    /// Per query.
+    pub queries: Vec<QueryReport>,
+    /// Kernel verdict.
+    pub kernel: KernelReport,
+    /// Process.
+    pub process: ProcessReport,
+    /// The `/metrics` address served during the run.
+    pub metrics_addr: Option<String>,
+    /// Sampled series.
+    pub timeline: Timeline,
+}
+
+fn mib(b: f64) -> f64 {
+    b / (1 << 20) as f64
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let c = &self.config;
+        writeln!(
+            f,
+            "slotring run: {:.1} s{}, {} scans x {} threads + short queries every {:?}, engine {}",
+            self.elapsed_s,
+            if self.interrupted {
+                " (interrupted)"
+            } else {
+                ""
+            },
+            c.scans,
+            c.scan_threads,
+            c.short_query_interval,
+            self.io.engine
+        )?;
+        if let Some(r) = &self.io.fallback_reason {
+            writeln!(f, "  io_uring not used: {r}")?;
+        }
+        writeln!(
+            f,
+            "data file: {} ({:.0} MiB on {}{})",
+            self.data_file.path,
+            mib(self.data_file.size_bytes as f64),
+            self.data_file.filesystem,
+            if self.data_file.kept {
+                ", kept"
+            } else {
+                ", removed"
+            }
+        )?;
+        writeln!(f, "\nthrottlers (achieved vs configured):")?;
+        writeln!(
+            f,
+            "  {:<12} {:>12} {:>12} {:>12} {:>9} {:>14} {:>9}",
+            "name", "configured", "achieved", "sustained", "error", "page cache", "waited"
+        )?;
+        for t in &self.throttlers {
+            let conf = if t.configured_bytes_per_s == 0 {
+                "unlimited".to_owned()
+            } else {
+                format!("{:.1} MiB/s", mib(t.configured_bytes_per_s as f64))
+            };
+            let err = t
+                .rate_error_pct
+                .map_or("-".to_owned(), |e| format!("{e:.2}%"));
+            writeln!(
+                f,
+                "  {:<12} {:>12} {:>7.1} MiB/s {:>6.1} MiB/s {:>9} {:>10.1} MiB {:>8.2}s",
+                t.name,
+                conf,
+                mib(t.achieved_bytes_per_s),
+                mib(t.sustained_bytes_per_s),
+                err,
+                mib(t.page_cache_bytes_not_charged as f64),
+                t.wait_s
+            )?;
+        }
+        writeln!(
+            f,
+            "  page-cache bytes not charged to the disk: {:.1} MiB ({} hits, {} NOWAIT misses, {} cachestat checks)",
+            mib(self.io.page_cache_bytes as f64),
+            self.io.page_cache_hits,
+            self.io.nowait_misses,
+            self.io.cachestat_checks
+        )?;
+        writeln!(
+            f,
+            "  reads: {} ({:.1} MiB), throttle waits booked: {} ({:.2} s)",
+            self.io.reads,
+            mib(self.io.read_bytes as f64),
+            self.io.waits,
+            self.io.wait_s
+        )?;
+        let s = &self.slots;
+        writeln!(
+            f,
+            "\nCPU slots: budget {} ({}), lease parking {}",
+            s.max_concurrency,
+            s.scheduler,
+            if s.lease_parking { "on" } else { "off" }
+        )?;
+        writeln!(
+            f,
+            "  granted {}  delayed {}  acquired {} (+{} non-competing)  queries delayed {}  slot waits {:.2} s",
+            s.slots_granted,
+            s.slots_delayed,
+            s.slots_acquired,
+            s.slots_acquired_non_competing,
+            s.queries_delayed,
+            s.slot_wait_s
+        )?;
+        writeln!(
+            f,
+            "  parks {}  unparks {}  borrows {}  (at end: in use {}, borrowed {})",
+            s.parks, s.unparks, s.unpark_borrows, s.in_use_at_end, s.borrowed_at_end
+        )?;
+        writeln!(
+            f,
+            "\nslots held per query over time (Jain's index of the scans: {:.4}; per-sample mean {:.4}; {} samples):",
+            self.fairness.jain_scans, self.fairness.jain_instant_mean, self.fairness.samples
+        )?;
+        writeln!(
+            f,
+            "  {:<6} {:>4} {:>8} {:>8} {:>10} {:>6} {:>9} {:>7}",
+            "query", "id", "start", "end", "mean slots", "max", "MiB read", "slot wait"
+        )?;
+        let shorts: Vec<&QueryReport> = self.queries.iter().filter(|q| q.kind == "short").collect();
+        for q in self.queries.iter().filter(|q| q.kind == "scan") {
+            writeln!(
+                f,
+                "  {:<6} {:>4} {:>7.2}s {:>7.2}s {:>10.2} {:>6} {:>9.1} {:>8.2}s",
+                q.kind,
+                q.id,
+                q.start_s,
+                q.end_s,
+                q.mean_slots,
+                q.max_slots,
+                mib(q.bytes as f64),
+                q.slot_wait_s
+            )?;
+        }
+        if !shorts.is_empty() {
+            let n = shorts.len() as f64;
+            let lat: f64 = shorts.iter().map(|q| q.end_s - q.start_s).sum::<f64>() / n;
+            let wait: f64 = shorts.iter().map(|q| q.slot_wait_s).sum::<f64>() / n;
+            writeln!(
+                f,
+                "  {} short queries: mean duration {:.1} ms, mean slot wait {:.2} ms",
+                shorts.len(),
+                lat * 1e3,
+                wait * 1e3
+            )?;
+        }
+        let k = &self.kernel;
+        writeln!(f, "\nkernel verdict on parked threads:")?;
+        if k.attached {
+            writeln!(
+                f,
+                "  probes attached ({}); {} threads, {} parks, parked {:.2} s, on-CPU while parked {:.3} ms ({:.4}%, threshold {:.3}% + {:.0} us per park), run-queue while parked {:.3} ms",
+                k.attach_mode.as_deref().unwrap_or("?"),
+                k.threads,
+                k.parks,
+                k.parked_s,
+                k.parked_oncpu_s * 1e3,
+                k.parked_oncpu_pct,
+                k.max_parked_cpu_ratio * 100.0,
+                k.per_park_allowance_us,
+                k.parked_runq_s * 1e3
+            )?;
+            writeln!(
+                f,
+                "  on-CPU per park {:.1} us; wake-up at unpark: mean {:.1} us, max {:.1} us; missed switch events {}",
+                k.parked_oncpu_us_per_park,
+                k.unpark_wake_avg_us,
+                k.unpark_wake_max_us,
+                k.missed_events
+            )?;
+        } else {
+            writeln!(
+                f,
+                "  no probes: {}",
+                k.reason.as_deref().unwrap_or("disabled")
+            )?;
+        }
+        for t in &k.failing {
+            writeln!(
+                f,
+                "  over the threshold: tid {} parked {:.3} ms in {} parks, {:.1} us of it on CPU ({:.3}%), {:.1} us in the run queue",
+                t.tid,
+                t.parked_ms,
+                t.parks,
+                t.parked_oncpu_us,
+                if t.parked_ms > 0.0 {
+                    t.parked_oncpu_us / (t.parked_ms * 1e3) * 100.0
+                } else {
+                    0.0
+                },
+                t.parked_runq_us
+            )?;
+        }
+        let verdict = match k.verdict.as_str() {
+            "pass" => "PASS: every parked thread stayed within the threshold".to_owned(),
+            "fail" => format!(
+                "FAIL: {} of {} threads used more CPU while parked than the threshold (tids {:?}{})",
+                k.failing_tids.len(),
+                k.threads,
+                &k.failing_tids[..k.failing_tids.len().min(6)],
+                if k.failing_tids.len() > 6 {
+                    ", …"
+                } else {
+                    ""
+                }
+            ),
+            _ => format!(
+                "UNVERIFIED ({})",
+                k.reason.as_deref().unwrap_or("no probes")
+            ),
+        };
+        writeln!(f, "  verdict: {verdict}")?;
+        writeln!(
+            f,
+            "\nprocess: {:.2} CPU s, peak {} threads ({} query threads created)",
+            self.process.cpu_s, self.process.peak_threads, self.process.query_threads
+        )?;
+        if let Some(a) = &self.metrics_addr {
+            writeln!(f, "metrics were served at http://{a}/metrics")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jain_index() {
+        assert_eq!(jain(&[1.0, 1.0, 1.0]), 1.0);
+        assert!((jain(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
+        // (3+2+2)^2 / (3 * (9+4+4)) = 49/51
+        assert!((jain(&[3.0, 2.0, 2.0]) - 49.0 / 51.0).abs() < 1e-12);
+        assert_eq!(jain(&[]), 1.0);
+        assert_eq!(jain(&[0.0, 0.0]), 1.0);
+    }
+}

@@ -1,0 +1,798 @@
+//! End-to-end tests of the `slotring` binary, deploy/ and the Prometheus
+//! tooling. Root-only parts (pinned maps, probes) and tools that may be
+//! absent (promtool, prometheus, systemd-analyze, bpftool, setpriv) are
+//! skipped with a printed reason.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use slotring::http::http_get;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_slotring")
+}
+
+fn deploy() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn free_addr() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+/// A directory on a real disk (the data file must not be on tmpfs).
+fn data_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("slotring-test")
+        .tempdir_in("/var/tmp")
+        .unwrap()
+}
+
+fn pin_dir(tag: &str) -> PathBuf {
+    PathBuf::from(format!(
+        "/sys/fs/bpf/slotring-test-{tag}-{}",
+        std::process::id()
+    ))
+}
+
+/// Kills (by its own pid) and reaps a child we started, on drop.
+struct Reap(Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn wait_for_metrics(addr: SocketAddr, must_contain: &str) -> String {
+    let start = Instant::now();
+    loop {
+        if let Ok((200, body)) = http_get(addr, "/metrics")
+            && body.contains(must_contain)
+        {
+            return body;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no /metrics with {must_contain} at {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wait_output(child: &mut Child, limit: Duration) -> Output {
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("slotring did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut out = Vec::new();
+    let mut err = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+    Output {
+        status: child.wait().unwrap(),
+        stdout: out,
+        stderr: err,
+    }
+}
+
+fn promtool_check_metrics(text: &str) {
+    if !have("promtool") {
+        println!(
+            "skipping promtool check metrics: promtool not installed (Debian package prometheus)"
+        );
+        return;
+    }
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics failed:\n{}{}\n--- metrics ---\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Sample names present in an exposition text.
+fn sample_names(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// Every `slotring_*` series the Grafana dashboard queries.
+fn dashboard_series() -> Vec<String> {
+    let dash: Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy().join("grafana/slotring.json")).unwrap(),
+    )
+    .unwrap();
+    let mut exprs = Vec::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    let mut names = Vec::new();
+    for e in exprs {
+        let mut rest = e.as_str();
+        while let Some(i) = rest.find("slotring_") {
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            names.push(tail[..end].to_owned());
+            rest = &tail[end..];
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+const ISSUE_NAMES: &[&str] = &[
+    "slotring_throttler_bytes_total",
+    "slotring_throttler_page_cache_bytes_total",
+    "slotring_throttler_wait_seconds_total",
+    "slotring_slots_granted_total",
+    "slotring_slots_delayed_total",
+    "slotring_queries_delayed_total",
+    "slotring_slots_in_use",
+    "slotring_slots_max",
+    "slotring_leases_parked",
+    "slotring_lease_parks_total",
+];
+
+const KERNEL_NAMES: &[&str] = &[
+    "slotring_parked_oncpu_seconds_total",
+    "slotring_parked_runqueue_seconds_total",
+    "slotring_parked_oncpu_episode_seconds_bucket",
+    "slotring_unpark_runqueue_latency_seconds_bucket",
+];
+
+#[test]
+fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
+    let dir = data_dir();
+    let pins = pin_dir("run");
+    let addr = free_addr();
+    let svg = dir.path().join("plot.svg");
+    let rate: u64 = 16 << 20;
+    let mut child = Reap(
+        Command::new(bin())
+            .args(["run", "--duration", "6s", "--file-size", "128MiB"])
+            .args([
+                "--max-local-read-bandwidth",
+                "16MiB",
+                "--json",
+                "--no-progress",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--pin-dir")
+            .arg(&pins)
+            .args(["--listen", &addr.to_string()])
+            .arg("--plot")
+            .arg(&svg)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = child.0.id();
+    let body = wait_for_metrics(addr, "slotring_throttler_bytes_total");
+    promtool_check_metrics(&body);
+    let names = sample_names(&body);
+    for n in ISSUE_NAMES {
+        assert!(names.contains(*n), "{n} missing from /metrics:\n{body}");
+    }
+    let attached = body.contains("slotring_probes_attached 1");
+    if attached {
+        for n in KERNEL_NAMES {
+            assert!(names.contains(*n), "{n} missing from /metrics:\n{body}");
+        }
+        for series in dashboard_series() {
+            assert!(
+                names.contains(&series),
+                "the Grafana dashboard queries {series}, which /metrics does not have"
+            );
+        }
+        let buckets = body
+            .lines()
+            .filter(|l| l.starts_with("slotring_parked_oncpu_episode_seconds_bucket"))
+            .count();
+        assert_eq!(buckets, 40, "every exp2 bucket is present");
+    } else {
+        println!(
+            "probes not attached (not root?): kernel families and the dashboard check skipped"
+        );
+    }
+
+    if attached && pins.join("slots").exists() {
+        // `slotring verify --pid` on the running process.
+        let out = Command::new(bin())
+            .args(["verify", "--pid", &pid.to_string(), "--window", "1s"])
+            .arg("--pin-dir")
+            .arg(&pins)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let code = out.status.code();
+        assert!(
+            (code == Some(0) && text.contains("verdict: PASS"))
+                || (code == Some(3) && text.contains("verdict: FAIL")),
+            "verify: {code:?}\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+
+        // `slotring exporter` over the pins of the running process.
+        let ex_addr = free_addr();
+        let exporter = Reap(
+            Command::new(bin())
+                .args(["exporter", "--listen", &ex_addr.to_string()])
+                .arg("--pin-dir")
+                .arg(&pins)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let ex_body = wait_for_metrics(ex_addr, "slotring_parked_oncpu_seconds_total");
+        promtool_check_metrics(&ex_body);
+        assert!(
+            ex_body.contains("slotring_throttler_bytes_total{throttler=\"local_read\"}"),
+            "{ex_body}"
+        );
+        drop(exporter);
+
+        // `slotring stats`.
+        let out = Command::new(bin())
+            .args(["stats", "--interval", "500ms"])
+            .arg("--pin-dir")
+            .arg(&pins)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.contains("local_read") && text.contains("slots: budget"),
+            "{text}"
+        );
+
+        // The bpftool dashboard.
+        if have("bpftool") {
+            let out = Command::new("sh")
+                .arg(deploy().join("bpftool/slotring-top.sh"))
+                .arg("-d")
+                .arg(&pins)
+                .args(["-n", "1", "-i", "1"])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(text.contains("local_read"), "{text}");
+            assert!(text.contains("SLOTS  budget"), "{text}");
+            assert!(text.contains("KERNEL threads"), "{text}");
+        } else {
+            println!("skipping the bpftool dashboard: bpftool not installed");
+        }
+    }
+
+    let out = wait_output(&mut child.0, Duration::from_secs(120));
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(3),
+        "exit {code:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Structure: every section of the report.
+    for key in [
+        "config",
+        "elapsed_s",
+        "interrupted",
+        "data_file",
+        "throttlers",
+        "io",
+        "slots",
+        "fairness",
+        "queries",
+        "kernel",
+        "process",
+        "metrics_addr",
+        "timeline",
+    ] {
+        assert!(r.get(key).is_some(), "report lacks {key}");
+    }
+    assert_eq!(code == Some(3), r["kernel"]["verdict"] == "fail");
+    assert_eq!(r["interrupted"], false);
+    assert_eq!(r["config"]["max_local_read_bandwidth"], rate);
+    // The throttler: configured as asked, never more than the bucket allows.
+    let t = &r["throttlers"][0];
+    assert_eq!(t["name"], "local_read");
+    assert_eq!(t["configured_bytes_per_s"], rate);
+    let charged = t["charged_bytes"].as_u64().unwrap();
+    let burst = t["burst_bytes"].as_u64().unwrap();
+    let elapsed = r["elapsed_s"].as_f64().unwrap();
+    assert!(charged > 0);
+    // Charged ≤ burst + rate·T + in-flight requests (12 scan threads × 256 KiB
+    // and short queries × 64 KiB).
+    let bound = burst as f64 + rate as f64 * elapsed + (12 * (256 << 10) + 64 * (64 << 10)) as f64;
+    assert!(charged as f64 <= bound, "charged {charged} > bound {bound}");
+    // Reads happened; page-cache bytes are not charged to the disk throttler.
+    let io = &r["io"];
+    assert!(io["reads"].as_u64().unwrap() > 0);
+    let read = io["read_bytes"].as_u64().unwrap();
+    let not_charged = t["page_cache_bytes_not_charged"].as_u64().unwrap();
+    assert!(
+        charged + not_charged >= read,
+        "{charged} + {not_charged} < {read}"
+    );
+    // Slots: the ClickHouse default ratio 2 per core, nothing leaked.
+    let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    assert_eq!(r["slots"]["max_concurrency"], 2 * cores);
+    assert_eq!(r["slots"]["in_use_at_end"], 0);
+    assert_eq!(r["slots"]["borrowed_at_end"], 0);
+    assert_eq!(r["slots"]["scheduler"], "max_min_fair");
+    assert_eq!(r["slots"]["parks"], r["slots"]["unparks"]);
+    // Queries: 3 scans that read, and short queries.
+    let qs = r["queries"].as_array().unwrap();
+    let scans: Vec<&Value> = qs.iter().filter(|q| q["kind"] == "scan").collect();
+    assert_eq!(scans.len(), 3);
+    for q in &scans {
+        assert!(q["bytes"].as_u64().unwrap() > 0, "{q}");
+        assert!(q["max_slots"].as_u64().unwrap() <= 4, "{q}");
+    }
+    assert!(qs.iter().any(|q| q["kind"] == "short"));
+    let jain = r["fairness"]["jain_scans"].as_f64().unwrap();
+    assert!(jain > 1.0 / 3.0 - 1e-9 && jain <= 1.0 + 1e-9, "{jain}");
+    // Timeline series have one point per sample.
+    let tl = &r["timeline"];
+    let n = tl["t_s"].as_array().unwrap().len();
+    assert!(n >= 10, "{n} samples");
+    for k in [
+        "disk_bytes_per_s",
+        "short_slots",
+        "slots_in_use",
+        "leases_parked",
+    ] {
+        assert_eq!(tl[k].as_array().unwrap().len(), n, "{k}");
+    }
+    for s in tl["scan_slots"].as_array().unwrap() {
+        assert_eq!(s.as_array().unwrap().len(), n);
+    }
+    // Kernel verdict, when the probes were attached.
+    let k = &r["kernel"];
+    assert_eq!(k["attached"], attached);
+    if attached {
+        assert!(
+            ["pass", "fail"].contains(&k["verdict"].as_str().unwrap()),
+            "{k}"
+        );
+        assert!(k["parks"].as_u64().unwrap() > 0);
+        assert!(k["parked_s"].as_f64().unwrap() > 0.0);
+    }
+    // Clean up: data file removed, pins removed, plot written.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != "plot.svg")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    assert!(!pins.exists(), "pins left at {}", pins.display());
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+}
+
+#[test]
+fn prometheus_server_scrapes_a_run() {
+    if !Path::new("/usr/bin/prometheus").exists() {
+        println!("skipping: /usr/bin/prometheus not installed (Debian package prometheus)");
+        return;
+    }
+    let dir = data_dir();
+    let addr = free_addr();
+    let run = Reap(
+        Command::new(bin())
+            .args([
+                "run",
+                "--duration",
+                "20s",
+                "--file-size",
+                "16MiB",
+                "--no-progress",
+            ])
+            .args(["--listen", &addr.to_string(), "--no-probes"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_metrics(addr, "slotring_slots_max");
+    let prom_dir = tempfile::tempdir().unwrap();
+    let cfg = prom_dir.path().join("prometheus.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: slotring\n    static_configs:\n      - targets: [\"{addr}\"]\n"
+        ),
+    )
+    .unwrap();
+    let prom_addr = free_addr();
+    let _prom = Reap(
+        Command::new("/usr/bin/prometheus")
+            .arg(format!("--config.file={}", cfg.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                prom_dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address={prom_addr}"))
+            .arg("--log.level=warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let start = Instant::now();
+    let body = loop {
+        if let Ok((200, body)) = http_get(prom_addr, "/api/v1/query?query=slotring_slots_max")
+            && body.contains("\"__name__\":\"slotring_slots_max\"")
+        {
+            break body;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "Prometheus never returned slotring_slots_max"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert!(body.contains("\"job\":\"slotring\""), "{body}");
+    assert!(body.contains(&format!("\"{}\"]", 2 * cores)), "{body}");
+    // A labelled counter made it too.
+    let (code, body) = http_get(
+        prom_addr,
+        "/api/v1/query?query=slotring_throttler_bytes_total%7Bthrottler%3D%22local_read%22%7D",
+    )
+    .unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("\"throttler\":\"local_read\""), "{body}");
+    drop(run);
+}
+
+#[test]
+fn promtool_checks_deploy_prometheus() {
+    if !have("promtool") {
+        println!("skipping: promtool not installed (Debian package prometheus)");
+        return;
+    }
+    let d = deploy().join("prometheus");
+    for args in [
+        vec!["check", "config", "prometheus.yml"],
+        vec!["check", "rules", "slotring.rules.yml"],
+        vec!["test", "rules", "slotring.rules.test.yml"],
+    ] {
+        let out = Command::new("promtool")
+            .args(&args)
+            .current_dir(&d)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn systemd_unit_has_narrow_capabilities_and_verifies() {
+    let unit = std::fs::read_to_string(deploy().join("systemd/slotring-exporter.service")).unwrap();
+    let line = |key: &str| {
+        unit.lines()
+            .find(|l| l.starts_with(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("{key}= missing"))
+            .to_owned()
+    };
+    assert_eq!(
+        line("CapabilityBoundingSet"),
+        "CapabilityBoundingSet=CAP_BPF CAP_PERFMON"
+    );
+    assert_eq!(
+        line("AmbientCapabilities"),
+        "AmbientCapabilities=CAP_BPF CAP_PERFMON"
+    );
+    assert_eq!(line("DynamicUser"), "DynamicUser=yes");
+    assert_eq!(line("NoNewPrivileges"), "NoNewPrivileges=yes");
+    assert!(line("ExecStart").contains("exporter --listen 127.0.0.1:9464"));
+    if !have("systemd-analyze") {
+        println!("skipping systemd-analyze verify: not installed (Debian package systemd)");
+        return;
+    }
+    // Verify a copy whose ExecStart points at the binary under test.
+    let d = tempfile::tempdir().unwrap();
+    let copy = d.path().join("slotring-exporter.service");
+    std::fs::write(&copy, unit.replace("/usr/local/bin/slotring", bin())).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&copy)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "systemd-analyze verify failed:\n{err}"
+    );
+    assert!(
+        !err.contains("slotring-exporter.service"),
+        "systemd-analyze warned about the unit:\n{err}"
+    );
+}
+
+#[test]
+fn bad_settings_exit_2_naming_option_and_value() {
+    let out = Command::new(bin())
+        .args(["run", "--max-local-read-bandwidth", "lots"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--max-local-read-bandwidth") && err.contains("`lots`"),
+        "{err}"
+    );
+
+    let out = Command::new(bin())
+        .args(["run"])
+        .env("SLOTRING_CONCURRENT_THREADS_SCHEDULER", "fifo")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("`fifo`") && err.contains("SLOTRING_CONCURRENT_THREADS_SCHEDULER"),
+        "{err}"
+    );
+
+    let d = tempfile::tempdir().unwrap();
+    let cfg = d.path().join("c.toml");
+    std::fs::write(&cfg, "duration = \"forever\"\n").unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--duration") && err.contains("`forever`") && err.contains("c.toml"),
+        "{err}"
+    );
+
+    let out = Command::new(bin())
+        .args(["run", "--bogus"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = Command::new(bin())
+        .args(["run", "--plot", "run.png"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--plot") && err.contains("`run.png`"), "{err}");
+
+    // Nothing to read: exit 4, naming the path.
+    let out = Command::new(bin())
+        .args(["stats", "--pin-dir", "/nonexistent/slotring"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/slotring/"), "{err}");
+    let out = Command::new(bin())
+        .args(["verify", "--pid", "4000000000", "--window", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+
+    let out = Command::new(bin()).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.contains("Examples:") && help.contains("Exit codes"),
+        "{help}"
+    );
+}
+
+#[test]
+fn exporter_without_pins_still_answers_scrapes() {
+    let addr = free_addr();
+    let _exporter = Reap(
+        Command::new(bin())
+            .args(["exporter", "--pin-dir", "/nonexistent/slotring"])
+            .args(["--listen", &addr.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let body = wait_for_metrics(addr, "slotring_exporter_up 0");
+    promtool_check_metrics(&body);
+    // Remote listening needs an explicit opt-in.
+    let out = Command::new(bin())
+        .args(["exporter", "--listen", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--allow-remote"));
+}
+
+#[test]
+fn ctrl_c_stops_cleanly() {
+    let dir = data_dir();
+    let pins = pin_dir("int");
+    let addr = free_addr();
+    let mut child = Reap(
+        Command::new(bin())
+            .args([
+                "run",
+                "--duration",
+                "60s",
+                "--file-size",
+                "32MiB",
+                "--no-progress",
+            ])
+            .args(["--listen", &addr.to_string()])
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--pin-dir")
+            .arg(&pins)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_metrics(addr, "slotring_slots_in_use");
+    let pid = nix::unistd::Pid::from_raw(child.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = wait_output(&mut child.0, Duration::from_secs(30));
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("(interrupted)"), "{text}");
+    // The text report has every section.
+    for section in [
+        "throttlers (achieved vs configured):",
+        "  local_read ",
+        "page-cache bytes not charged to the disk",
+        "CPU slots: budget",
+        "Jain's index of the scans",
+        "kernel verdict on parked threads:",
+        "  verdict: ",
+        "process: ",
+    ] {
+        assert!(text.contains(section), "no `{section}` in:\n{text}");
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "data file left behind");
+    assert!(!pins.exists(), "pins left at {}", pins.display());
+}
+
+#[test]
+fn degrades_cleanly_without_privileges() {
+    if !is_root() || !have("setpriv") {
+        println!("skipping: needs root and setpriv to run as an unprivileged user");
+        return;
+    }
+    let dir = data_dir();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    // Settings from a TOML file and the environment, too.
+    let cfg = dir.path().join("slotring.toml");
+    std::fs::write(&cfg, "scans = 2\nscan_threads = 3\nduration = \"5s\"\n").unwrap();
+    let out = Command::new("setpriv")
+        .env("SLOTRING_SCAN_THREADS", "2")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--inh-caps=-all", "--bounding-set=-all", "--"])
+        .arg(bin())
+        .args([
+            "run",
+            "--duration",
+            "2s",
+            "--file-size",
+            "16MiB",
+            "--json",
+            "--no-progress",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert_eq!(
+        err.matches("running without kernel probes").count(),
+        1,
+        "said once: {err}"
+    );
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // File < environment < command line.
+    assert_eq!(r["config"]["scans"], 2);
+    assert_eq!(r["config"]["scan_threads"], 2);
+    assert_eq!(r["config"]["duration"], 2.0);
+    let scans = r["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["kind"] == "scan")
+        .count();
+    assert_eq!(scans, 2);
+    assert_eq!(r["kernel"]["attached"], false);
+    assert_eq!(r["kernel"]["verdict"], "unverified");
+    assert!(r["io"]["reads"].as_u64().unwrap() > 0);
+    assert!(
+        r["kernel"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("privilege"),
+        "{}",
+        r["kernel"]
+    );
+}
