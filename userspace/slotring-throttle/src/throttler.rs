@@ -286,15 +286,7 @@ impl Throttler {
         now_ns: u64,
     ) -> Result<Decision, ThrottleError> {
         // Lifetime count first; an overflow charges nothing.
-        let prev = self.bucket.count.fetch_add(amount, Ordering::Relaxed);
-        let Some(count) = prev.checked_add(amount) else {
-            self.bucket.count.fetch_sub(amount, Ordering::Relaxed);
-            return Err(ThrottleError::CountOverflow {
-                name: self.name.clone(),
-                count: prev,
-                amount,
-            });
-        };
+        let count = self.add_count(amount)?;
         let charged = match self.bucket.charge(amount, now_ns) {
             Ok(c) => c,
             Err(e) => {
@@ -324,6 +316,37 @@ impl Throttler {
             0
         };
         Ok(Decision { wait_ns })
+    }
+
+    /// Add `amount` to the lifetime count, refusing (and changing nothing)
+    /// if it would overflow `u64`. Returns the new count.
+    ///
+    /// The common case is one `fetch_add`: while the count is below 2⁶³ and
+    /// the amount below 2³², the adds in flight at any instant (at most one
+    /// per thread, fewer than 2²² threads) sum to less than 2⁵⁴, so no reader
+    /// can ever observe a wrapped value. Anything else takes a CAS loop with
+    /// `checked_add`, which never publishes a wrapped count.
+    fn add_count(&self, amount: u64) -> Result<u64, ThrottleError> {
+        const FAST_AMOUNT: u64 = 1 << 32;
+        const FAST_COUNT: u64 = 1 << 63;
+        let count = &self.bucket.count;
+        if amount < FAST_AMOUNT && count.load(Ordering::Relaxed) < FAST_COUNT {
+            return Ok(count.fetch_add(amount, Ordering::Relaxed) + amount);
+        }
+        let mut cur = count.load(Ordering::Relaxed);
+        loop {
+            let Some(next) = cur.checked_add(amount) else {
+                return Err(ThrottleError::CountOverflow {
+                    name: self.name.clone(),
+                    count: cur,
+                    amount,
+                });
+            };
+            match count.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return Ok(next),
+                Err(actual) => cur = actual,
+            }
+        }
     }
 
     /// Wait `wait_ns` from `start_ns` through the wait strategy.

@@ -54,3 +54,29 @@ fn charge_racing_a_rate_change_matches_a_serial_order() {
         assert_eq!(t.max_speed(), 50);
     });
 }
+
+#[test]
+fn the_lifetime_count_saturates_with_an_error_never_a_wrap() {
+    loom::model(|| {
+        let t = Arc::new(
+            Throttler::builder(0)
+                .clock(Arc::new(ManualClock::new(1)))
+                .build()
+                .unwrap(),
+        );
+        t.throttle(u64::MAX - 100, Duration::ZERO).unwrap();
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let t = t.clone();
+                loom::thread::spawn(move || t.throttle(60, Duration::ZERO).is_ok())
+            })
+            .collect();
+        let ok = hs
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|ok| *ok)
+            .count();
+        assert_eq!(ok, 1, "exactly one of the two fits");
+        assert_eq!(t.count(), u64::MAX - 40);
+    });
+}

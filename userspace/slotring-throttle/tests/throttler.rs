@@ -446,3 +446,28 @@ fn concurrent_accounting_equals_the_sum_of_amounts() {
     // since creation does not cover (never more tokens than burst).
     assert!(t.tokens_nano() <= (1i128 << 44) * NANO_PER_TOKEN);
 }
+
+#[test]
+fn the_lifetime_count_never_wraps_under_concurrency() {
+    // Near u64::MAX, two racing charges that cannot both fit: exactly one
+    // lands, the other is refused, and the count is never seen wrapped.
+    for _ in 0..200 {
+        let t = Arc::new(Throttler::builder(0).build().unwrap());
+        t.throttle(u64::MAX - 100, UNLIMITED_BLOCK).unwrap();
+        let results: Vec<_> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|_| {
+                    let t = t.clone();
+                    s.spawn(move || t.throttle(60, UNLIMITED_BLOCK))
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert_eq!(
+            results.iter().filter(|r| r.is_ok()).count(),
+            1,
+            "{results:?}"
+        );
+        assert_eq!(t.count(), u64::MAX - 40);
+    }
+}
