@@ -88,7 +88,24 @@ pub trait AbiStruct: Sized {
     /// Field offsets and sizes, in declaration order.
     fn layout() -> Vec<FieldLayout>;
     /// Decode from exactly `WORDS` words.
+    ///
+    /// # Panics
+    ///
+    /// If `words` is shorter than `WORDS`. For words from outside this
+    /// process (a pinned map) use [`AbiStruct::try_from_words`].
     fn from_words(words: &[u64]) -> Self;
+    /// Decode words from outside this process: a typed error naming the
+    /// struct and both sizes unless there are exactly `WORDS` of them.
+    fn try_from_words(words: &[u64]) -> Result<Self, crate::BpfError> {
+        if words.len() != Self::WORDS {
+            return Err(crate::BpfError::ValueSize {
+                c_name: Self::C_NAME,
+                expected: Self::WORDS,
+                got: words.len(),
+            });
+        }
+        Ok(Self::from_words(words))
+    }
     /// Encode into `WORDS` words.
     fn to_words(&self) -> Vec<u64>;
 }
@@ -425,6 +442,35 @@ mod tests {
         assert_eq!(long.name_str().len(), NAME_LEN - 1);
         assert_eq!(ThreadAcct::WORDS * 8, size_of::<ThreadAcct>());
         assert_eq!(LeaseSlot::layout().last().map(|f| f.offset), Some(32));
+    }
+
+    #[test]
+    fn try_from_words_refuses_a_wrong_size_naming_it() {
+        let words = SlotStats {
+            parks: 9,
+            ..SlotStats::default()
+        }
+        .to_words();
+        assert_eq!(SlotStats::try_from_words(&words).unwrap().parks, 9);
+        let short = SlotStats::try_from_words(&words[..3]).unwrap_err();
+        assert!(
+            matches!(
+                short,
+                crate::BpfError::ValueSize {
+                    c_name: "slots_stats",
+                    expected: 15,
+                    got: 3
+                }
+            ),
+            "{short:?}"
+        );
+        assert_eq!(
+            short.to_string(),
+            "a `struct slots_stats` is 15 words, got 3"
+        );
+        let mut long = words.clone();
+        long.push(0);
+        assert!(SlotStats::try_from_words(&long).is_err());
     }
 
     #[test]

@@ -86,6 +86,37 @@ pub enum BpfError {
         /// The thread id.
         tid: u32,
     },
+    /// A thread tried to register while no instance is loaded (none was
+    /// created yet, or the last one was dropped).
+    #[error("thread {tid} cannot register: no slotring-bpf instance is loaded")]
+    NoInstance {
+        /// The thread id.
+        tid: u32,
+    },
+    /// A thread tried to register with an instance that is being dropped.
+    #[error("thread {tid} cannot register: its slotring-bpf instance was dropped")]
+    InstanceDropped {
+        /// The thread id.
+        tid: u32,
+    },
+    /// The calling thread is registered with a newer instance than the one
+    /// asked (threads register with the most recently created instance).
+    #[error("thread {tid} is registered with a newer slotring-bpf instance, not this one")]
+    OtherInstance {
+        /// The thread id.
+        tid: u32,
+    },
+    /// A value read from outside (a pinned map) does not have the size of
+    /// the ABI struct it should hold.
+    #[error("a `struct {c_name}` is {expected} words, got {got}")]
+    ValueSize {
+        /// The C struct name.
+        c_name: &'static str,
+        /// Words the struct takes.
+        expected: usize,
+        /// Words supplied.
+        got: usize,
+    },
     /// An invalid verification threshold.
     #[error("threshold ratio {0} is not in [0, 1]")]
     BadThreshold(f64),

@@ -132,7 +132,7 @@ impl Shared {
     fn register(&self, tid: u32) -> Result<u32, BpfError> {
         let mut reg = self.registry();
         if !reg.alive {
-            return Err(BpfError::UnknownThread { tid });
+            return Err(BpfError::InstanceDropped { tid });
         }
         if let Some(e) = reg.by_tid.get(&tid).copied()
             && e.live
@@ -293,12 +293,12 @@ pub(crate) fn current_slot() -> Result<(&'static Shared, u32), BpfError> {
         let tid = current_tid();
         if !ANY_ACTIVE.load(Ordering::Relaxed) {
             r.cur.set(None);
-            return Err(BpfError::UnknownThread { tid });
+            return Err(BpfError::NoInstance { tid });
         }
         let active = *ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
         let Some(s) = active else {
             r.cur.set(None);
-            return Err(BpfError::UnknownThread { tid });
+            return Err(BpfError::NoInstance { tid });
         };
         let idx = s.register(tid)?;
         r.cur.set(Some((s, idx)));
@@ -423,8 +423,64 @@ mod tests {
         );
     }
 
+    /// Unit tests that create instances (process-wide "most recent
+    /// instance") take this lock.
+    static INSTANCES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    fn instances() -> std::sync::MutexGuard<'static, ()> {
+        INSTANCES.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    #[test]
+    fn registration_errors_say_why_and_name_the_thread() {
+        let _g = instances();
+        // An instance being dropped refuses new threads.
+        let dead = Shared::new(
+            crate::region::Region::heap(LeaseSlot::WORDS, MAX_THREADS as usize),
+            crate::region::Region::heap(crate::abi::ThreadAcct::WORDS, MAX_THREADS as usize),
+            None,
+            true,
+        );
+        dead.kill();
+        assert!(matches!(
+            dead.register(4242),
+            Err(BpfError::InstanceDropped { tid: 4242 })
+        ));
+        // A thread of a newer instance asked through an older one.
+        let old = crate::SlotringBpf::degraded(BpfError::NoBtf("unit test".into()));
+        let new = crate::SlotringBpf::degraded(BpfError::NoBtf("unit test".into()));
+        let (on_old, on_new, tid) = std::thread::scope(|sc| {
+            sc.spawn(|| {
+                (
+                    old.register_current_thread(),
+                    new.register_current_thread(),
+                    current_tid(),
+                )
+            })
+            .join()
+            .unwrap()
+        });
+        assert!(
+            matches!(on_old, Err(BpfError::OtherInstance { tid: t }) if t == tid),
+            "{on_old:?}"
+        );
+        assert_eq!(on_new.unwrap(), tid);
+        drop(new);
+        drop(old);
+        // No instance at all.
+        let (none, tid) = std::thread::spawn(|| (current_slot().map(|_| ()), current_tid()))
+            .join()
+            .unwrap();
+        assert!(
+            matches!(none, Err(BpfError::NoInstance { tid: t }) if t == tid),
+            "{none:?}"
+        );
+        assert!(none.unwrap_err().to_string().contains(&tid.to_string()));
+    }
+
     #[test]
     fn degraded_instance_mirrors_in_plain_memory() {
+        let _g = instances();
         let bpf = crate::SlotringBpf::degraded(BpfError::NoBtf("unit test".into()));
         assert!(!bpf.is_attached());
         let me = bpf.register_current_thread().unwrap();

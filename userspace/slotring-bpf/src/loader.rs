@@ -126,9 +126,8 @@ struct Kernel {
     ebpf: Ebpf,
     mode: AttachMode,
     dir: PathBuf,
-    pins: Vec<PathBuf>,
-    created_dir: bool,
-    keep: bool,
+    /// Removes the pins (unless kept) when the instance drops.
+    pins: PinGuard,
 }
 
 /// A loaded (or degraded) instance. Dropping it detaches the probes, removes
@@ -308,19 +307,70 @@ fn ensure_bpffs(dir: &Path) -> Result<(), BpfError> {
     Ok(())
 }
 
-fn pin_all(
-    ebpf: &mut Ebpf,
-    cfg: &BpfConfig,
-    mode: AttachMode,
-) -> Result<(Vec<PathBuf>, bool), BpfError> {
+/// Pins and directories created by one load, removed on drop unless kept:
+/// a load that fails after pinning leaves nothing behind (a pinned program
+/// would keep its maps alive).
+#[derive(Debug, Default)]
+struct PinGuard {
+    /// Pinned files, in creation order.
+    pins: Vec<PathBuf>,
+    /// Directories this load created, outermost first.
+    created_dirs: Vec<PathBuf>,
+    /// Keep everything on drop.
+    keep: bool,
+}
+
+impl PinGuard {
+    /// Create `dir` and its missing ancestors, remembering which were made.
+    fn create_dir(&mut self, dir: &Path) -> std::io::Result<()> {
+        let mut missing = Vec::new();
+        let mut p = dir;
+        while !p.exists() {
+            missing.push(p.to_path_buf());
+            match p.parent() {
+                Some(parent) => p = parent,
+                None => break,
+            }
+        }
+        missing.reverse();
+        for d in missing {
+            match fs::create_dir(&d) {
+                Ok(()) => self.created_dirs.push(d),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PinGuard {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        for p in self.pins.iter().rev() {
+            let _ = fs::remove_file(p);
+        }
+        for d in self.created_dirs.iter().rev() {
+            let _ = fs::remove_dir(d);
+        }
+    }
+}
+
+/// Pin every map and the attached programs under `cfg.pin_dir`. On error
+/// the guard is dropped, removing what this call pinned and created.
+fn pin_all(ebpf: &mut Ebpf, cfg: &BpfConfig, mode: AttachMode) -> Result<PinGuard, BpfError> {
     let dir = &cfg.pin_dir;
     ensure_bpffs(dir)?;
     let pin_err = |path: &Path, detail: String| BpfError::Pin {
         path: path.to_owned(),
         detail,
     };
-    let created_dir = !dir.exists();
-    fs::create_dir_all(dir).map_err(|e| pin_err(dir, e.to_string()))?;
+    let mut guard = PinGuard::default();
+    guard
+        .create_dir(dir)
+        .map_err(|e| pin_err(dir, e.to_string()))?;
     let (dmode, fmode) = if cfg.pin_group.is_some() {
         (0o750, 0o640)
     } else {
@@ -332,16 +382,13 @@ fn pin_all(
     }
     fs::set_permissions(dir, fs::Permissions::from_mode(dmode))
         .map_err(|e| pin_err(dir, e.to_string()))?;
-    let mut pins = Vec::new();
-    let finish = |path: PathBuf, pins: &mut Vec<PathBuf>| -> Result<(), BpfError> {
+    let finish = |path: &Path| -> Result<(), BpfError> {
         if let Some(g) = cfg.pin_group {
-            nix::unistd::chown(&path, None, Some(nix::unistd::Gid::from_raw(g)))
-                .map_err(|e| pin_err(&path, format!("chown: {e}")))?;
+            nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(g)))
+                .map_err(|e| pin_err(path, format!("chown: {e}")))?;
         }
-        fs::set_permissions(&path, fs::Permissions::from_mode(fmode))
-            .map_err(|e| pin_err(&path, e.to_string()))?;
-        pins.push(path);
-        Ok(())
+        fs::set_permissions(path, fs::Permissions::from_mode(fmode))
+            .map_err(|e| pin_err(path, e.to_string()))
     };
     for name in PINNED_MAPS {
         let path = dir.join(name);
@@ -350,7 +397,8 @@ fn pin_all(
             .map(name)
             .ok_or_else(|| pin_err(&path, "map missing".into()))?;
         map.pin(&path).map_err(|e| pin_err(&path, e.to_string()))?;
-        finish(path, &mut pins)?;
+        guard.pins.push(path.clone());
+        finish(&path)?;
     }
     for (b, r, _) in PROGRAMS {
         let name = if mode == AttachMode::TpBtf { *b } else { *r };
@@ -360,9 +408,10 @@ fn pin_all(
             .program_mut(name)
             .ok_or_else(|| pin_err(&path, "program missing".into()))?;
         prog.pin(&path).map_err(|e| pin_err(&path, e.to_string()))?;
-        finish(path, &mut pins)?;
+        guard.pins.push(path.clone());
+        finish(&path)?;
     }
-    Ok((pins, created_dir))
+    Ok(guard)
 }
 
 static DEGRADED_ONCE: Once = Once::new();
@@ -397,15 +446,8 @@ impl SlotringBpf {
         let throttle = map_fd_region(&ebpf, "throttle", ThrottleStats::WORDS, MAX_THROTTLERS)?;
         let slots = map_fd_region(&ebpf, "slots", SlotStats::WORDS, 1)?;
         let uring = map_fd_region(&ebpf, "uring", UringStats::WORDS, 1)?;
-        let (pins, created_dir) = match pin_all(&mut ebpf, &cfg, mode) {
-            Ok(p) => p,
-            Err(e) => {
-                for name in PINNED_MAPS {
-                    let _ = fs::remove_file(cfg.pin_dir.join(name));
-                }
-                return Err(e);
-            }
-        };
+        // From here on, an error drops `pins`, which removes them.
+        let mut pins = pin_all(&mut ebpf, &cfg, mode)?;
         let index_map = ebpf
             .take_map("thread_index")
             .ok_or_else(|| BpfError::Load {
@@ -417,6 +459,7 @@ impl SlotringBpf {
                 what: "map `thread_index`".into(),
                 detail: e.to_string(),
             })?;
+        pins.keep = cfg.keep_pins;
         let shared = Shared::new(lease, acct, Some(index), cfg.direct_index);
         lease::set_active(Some(shared));
         Ok(Self {
@@ -431,8 +474,6 @@ impl SlotringBpf {
                 mode,
                 dir: cfg.pin_dir.clone(),
                 pins,
-                created_dir,
-                keep: cfg.keep_pins,
             }),
             degraded: None,
         })
@@ -521,7 +562,7 @@ impl SlotringBpf {
     /// The pin directory and pinned files (empty when degraded).
     pub fn pins(&self) -> (Option<&Path>, &[PathBuf]) {
         match &self.kernel {
-            Some(k) => (Some(&k.dir), &k.pins),
+            Some(k) => (Some(&k.dir), &k.pins.pins),
             None => (None, &[]),
         }
     }
@@ -567,11 +608,12 @@ impl SlotringBpf {
     }
 
     /// Register the calling thread (otherwise done by its first lease state
-    /// report). Returns its thread id.
+    /// report). Returns its thread id; [`BpfError::OtherInstance`] when a
+    /// newer instance exists (threads register with the newest).
     pub fn register_current_thread(&self) -> Result<u32, BpfError> {
         let (s, _) = lease::current_slot()?;
         if !std::ptr::eq(s, self.shared) {
-            return Err(BpfError::UnknownThread {
+            return Err(BpfError::OtherInstance {
                 tid: lease::current_tid(),
             });
         }
@@ -669,14 +711,8 @@ impl Drop for SlotringBpf {
         lease::clear_active_if(self.shared);
         self.shared.kill();
         if let Some(k) = self.kernel.take() {
-            if !k.keep {
-                for p in &k.pins {
-                    let _ = fs::remove_file(p);
-                }
-                if k.created_dir {
-                    let _ = fs::remove_dir(&k.dir);
-                }
-            }
+            // Pins first (unless kept), then the programs and maps.
+            drop(k.pins);
             drop(k.ebpf);
         }
     }
@@ -684,6 +720,46 @@ impl Drop for SlotringBpf {
 
 #[cfg(test)]
 mod tests {
+    use super::PinGuard;
+
+    #[test]
+    fn pin_guard_removes_its_pins_and_the_dirs_it_created() {
+        let base = tempfile::tempdir().unwrap();
+        let dir = base.path().join("a/b/c");
+        let mut g = PinGuard::default();
+        g.create_dir(&dir).unwrap();
+        assert_eq!(
+            g.created_dirs,
+            vec![base.path().join("a"), base.path().join("a/b"), dir.clone()]
+        );
+        for n in ["x", "y"] {
+            std::fs::write(dir.join(n), b"").unwrap();
+            g.pins.push(dir.join(n));
+        }
+        drop(g);
+        assert!(!base.path().join("a").exists());
+        assert!(base.path().exists());
+
+        // An existing directory and foreign files in it stay.
+        let keep = base.path().join("kept");
+        std::fs::create_dir(&keep).unwrap();
+        std::fs::write(keep.join("foreign"), b"").unwrap();
+        let mut g = PinGuard::default();
+        g.create_dir(&keep).unwrap();
+        assert!(g.created_dirs.is_empty());
+        std::fs::write(keep.join("pin"), b"").unwrap();
+        g.pins.push(keep.join("pin"));
+        drop(g);
+        assert!(keep.join("foreign").exists() && !keep.join("pin").exists());
+
+        // `keep` leaves everything.
+        let mut g = PinGuard::default();
+        g.create_dir(&dir).unwrap();
+        g.keep = true;
+        drop(g);
+        assert!(dir.exists());
+    }
+
     #[test]
     fn instance_is_send_and_sync() {
         fn check<T: Send + Sync>() {}

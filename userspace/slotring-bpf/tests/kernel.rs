@@ -457,6 +457,37 @@ fn no_pins_or_fds_left_after_drop() {
 }
 
 #[test]
+fn failed_pinning_leaves_no_pins_behind() {
+    let _g = serial();
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        eprintln!("SKIP failed_pinning_leaves_no_pins_behind: kernel has no BTF");
+        return;
+    }
+    // The last pin's name is taken by a directory: every map and the first
+    // programs are pinned before the load fails.
+    let dir = pin_dir("pinfail");
+    let blocker = dir.join("prog_wakeup_new_btf");
+    std::fs::create_dir_all(&blocker).unwrap();
+    let before = bpf_fds();
+    let err = SlotringBpf::load(BpfConfig {
+        pin_dir: dir.clone(),
+        ..BpfConfig::default()
+    })
+    .expect_err("the pin name is taken");
+    assert!(
+        matches!(&err, BpfError::Pin { path, .. } if path == &blocker),
+        "{err:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("prog_wakeup_new_btf")]);
+    assert_eq!(bpf_fds(), before, "every BPF fd closed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn keep_pins_survive_drop() {
     let _g = serial();
     let Some(bpf) = load("keep", |c| c.keep_pins = true) else {

@@ -284,9 +284,6 @@ fn cmd_run(m: &ArgMatches, stop: Arc<AtomicBool>) -> Result<u8> {
         stop,
         allow_remote: m.get_flag("allow_remote"),
     };
-    if let Some(addr) = cfg.listen {
-        eprintln!("slotring: serving metrics at http://{addr}/metrics while running");
-    }
     let report = match run(&cfg, &opts) {
         Ok(r) => r,
         Err(e) if opts.stop.load(Ordering::Relaxed) => {

@@ -44,6 +44,14 @@ pub enum PinnedError {
         /// aya's message.
         detail: String,
     },
+    /// A value in the map does not have the size of its ABI struct.
+    #[error("decoding pinned map {path}: {source}")]
+    Decode {
+        /// The path.
+        path: PathBuf,
+        /// The size mismatch.
+        source: slotring_bpf::BpfError,
+    },
 }
 
 fn read_array<const N: usize>(dir: &Path, name: &str) -> Result<Vec<Vec<u64>>, PinnedError> {
@@ -84,7 +92,19 @@ fn read_all<T: AbiStruct>(dir: &Path, name: &str) -> Result<Vec<T>, PinnedError>
         1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32
         33 34 35 36 37 38 39 40 41 42 43 44 45 46 47 48 49 50 51 52 53 54 55 56 57 58 59 60 61
         62 63 64)?;
-    Ok(rows.iter().map(|w| T::from_words(w)).collect())
+    decode_rows(rows, &dir.join(name))
+}
+
+/// Decode rows read from outside this process, refusing a wrong size.
+fn decode_rows<T: AbiStruct>(rows: Vec<Vec<u64>>, path: &Path) -> Result<Vec<T>, PinnedError> {
+    rows.iter()
+        .map(|w| {
+            T::try_from_words(w).map_err(|source| PinnedError::Decode {
+                path: path.to_owned(),
+                source,
+            })
+        })
+        .collect()
 }
 
 /// Decoded per-thread state: the lease clock and the kernel's accounting.
@@ -326,6 +346,21 @@ pub fn monotonic_ns() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wrong_value_size_is_a_typed_error_naming_the_map() {
+        let path = Path::new("/sys/fs/bpf/slotring/slots");
+        let good = vec![vec![7u64; SlotStats::WORDS]];
+        assert_eq!(decode_rows::<SlotStats>(good, path).unwrap()[0].parks, 7);
+        let short = vec![vec![0u64; 3]];
+        let err = decode_rows::<SlotStats>(short, path).unwrap_err();
+        assert!(matches!(err, PinnedError::Decode { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("/sys/fs/bpf/slotring/slots") && msg.contains("got 3"),
+            "{msg}"
+        );
+    }
 
     #[test]
     fn abi_round_trips_keep_every_field() {

@@ -737,7 +737,14 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
                 opts.allow_remote,
                 Arc::new(move || crate::metrics::encode(&lock(&s))),
             ) {
-                Ok(srv) => Some(srv),
+                Ok(srv) => {
+                    // The bound address (`--listen 127.0.0.1:0` picks a port).
+                    eprintln!(
+                        "slotring: serving metrics at http://{}/metrics while running",
+                        srv.addr()
+                    );
+                    Some(srv)
+                }
                 Err(e) => {
                     eprintln!("slotring: not serving /metrics: {e}");
                     None

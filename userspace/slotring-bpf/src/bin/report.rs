@@ -2,6 +2,7 @@
 //! in a real sleep and one in a spin, and print the verification report.
 //!
 //! `slotring-bpf-report [--pin-dir DIR] [--keep-pins] [--park-ms N] [--reload]`
+//! (built with `cargo build -p slotring-bpf --features report-bin`).
 //! (`--reload`: load and drop one instance first, to check reloading).
 //! Exit status 0 when the run behaved as expected: with probes, the sleeper
 //! passes and the spinner fails; without probes, the verdict is unverified
