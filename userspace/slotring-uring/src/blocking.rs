@@ -92,9 +92,12 @@ impl RingConfig {
             });
         }
         if self.defer_taskrun && !self.single_issuer {
-            return Err(UringError::Invalid {
+            return Err(UringError::InvalidFlags {
                 what: "defer_taskrun without single_issuer",
-                value: 1,
+                flags: format!(
+                    "defer_taskrun={} single_issuer={}",
+                    self.defer_taskrun, self.single_issuer
+                ),
             });
         }
         Ok(SetupParams {
@@ -185,6 +188,21 @@ pub struct Completion {
 /// costs a timeout SQE, not a thread. Through [`IoEngine`], the caller's CPU
 /// lease is parked exactly while it waits on a throttle timeout (see the
 /// module docs).
+///
+/// # Dropping
+///
+/// Dropping the engine cancels every request still held and waits for each
+/// CQE owed before freeing a buffer. A request started with
+/// [`UringEngine::submit_read`]/[`UringEngine::submit_write`] whose SQEs
+/// were never submitted (no [`UringEngine::submit_pending`], `wait*` or
+/// `poll_any` since) is already published in the submission ring, which
+/// cannot take it back: the drop's `io_uring_enter` submits it ahead of its
+/// cancel. If the kernel completes it inline (a buffered write, a
+/// page-cache read) it **does happen**; if it has to wait (a throttle
+/// timeout in front of it, a disk read gone async) the cancel stops it.
+/// [`UringEngine::cancel`] before the drop changes nothing here (its
+/// `ASYNC_CANCEL` also goes out behind the IO): an unthrottled
+/// `submit_*` is a commitment to issue the IO.
 pub struct UringEngine {
     core: Core,
 }
@@ -257,14 +275,22 @@ impl UringEngine {
     }
 
     /// Wait for `t` to finish and collect it.
+    ///
+    /// Fails with [`UringError::Ticket`] if `t` was abandoned (nobody may
+    /// collect it: the engine frees it at its last CQE) or is not live
+    /// (already collected, e.g. by [`UringEngine::wait_any`]).
     pub fn wait(&mut self, t: Ticket) -> Result<Completion, UringError> {
-        if !self.core.is_live(t.0) {
-            return Err(UringError::Invalid {
-                what: "ticket",
-                value: u64::from(t.0.index),
-            });
-        }
         loop {
+            // Checked on every round: an abandoned request is released by
+            // the reap inside `turn`, after which nothing is owed and
+            // `turn(true)` would no longer block.
+            if let Some(why) = self.core.uncollectable(t.0) {
+                return Err(UringError::Ticket {
+                    index: t.0.index,
+                    generation: t.0.generation,
+                    why,
+                });
+            }
             if let Some((result, buf, deadline_ns)) = self.core.take(t.0) {
                 return Ok(Completion {
                     ticket: t,

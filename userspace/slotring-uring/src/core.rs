@@ -108,6 +108,12 @@ pub(crate) struct Req {
     /// The IO behind a standalone pre-IO wait in flight: queued when the
     /// wait's CQE arrives.
     held_io: Option<IoSqe>,
+    /// A linked wait failed with this errno (not `ETIME`, no cancel asked):
+    /// the kernel cancels its IO, and the request reports this error.
+    link_wait_errno: Option<i32>,
+    /// The linked IO completed `-ECANCELED`, uncancelled by us, before its
+    /// wait's CQE: that CQE decides how the request ends.
+    link_io_cancelled: bool,
 }
 
 /// A collected request: result, buffer, last booked deadline.
@@ -201,6 +207,8 @@ impl Core {
             stage_waits: s.stage_waits,
             staged: None,
             held_io: None,
+            link_wait_errno: None,
+            link_io_cancelled: false,
         };
         let id = self.ring.alloc(buf, req);
         if let Err(e) = self.start(id) {
@@ -331,7 +339,9 @@ impl Core {
         if write {
             return rem;
         }
-        if pos + rem > file.size_hint()
+        // Only a file with a size (regular, block device) has an EOF to trim
+        // at; for the rest the hint is `SIZE_UNBOUNDED` and nothing is trimmed.
+        if pos.saturating_add(rem) > file.size_hint()
             && let Ok(sz) = self.ring.sys().file_size(file.fd())
         {
             file.note_size(sz);
@@ -463,12 +473,30 @@ impl Core {
         // An expired timeout answers -ETIME; anything else means the wait
         // did not happen and the IO must not run early.
         if res != -libc::ETIME && res != 0 {
-            return Err(UringError::Ring {
-                what: "throttle timeout",
-                source: io::Error::from_raw_os_error(-res),
-            });
+            return Err(timeout_failed(-res));
         }
         self.push_io(id, io, None)
+    }
+
+    /// The timeout heading a linked chain completed with `res`. An expiry
+    /// (`-ETIME`, or 0) continues the chain. Any other answer when we asked
+    /// for no cancel means the wait failed and the kernel fails the linked
+    /// IO with `-ECANCELED`: the request reports the timeout's error, not a
+    /// cancellation.
+    fn on_linked_wait(&mut self, id: SlotId, res: i32) -> Result<(), UringError> {
+        let r = self.req(id);
+        if r.phase == Phase::Done {
+            return Ok(());
+        }
+        if res != -libc::ETIME && res != 0 && !r.cancel_requested {
+            r.link_wait_errno = Some(-res);
+            if r.link_io_cancelled {
+                return Err(timeout_failed(-res));
+            }
+        } else if r.link_io_cancelled {
+            return Err(UringError::Cancelled);
+        }
+        Ok(())
     }
 
     /// Whether the only thing `id` waits for now is a throttle timeout (a
@@ -683,9 +711,11 @@ impl Core {
             Tag::Cancel => {}
             Tag::Wait => {
                 r.wait_in_flight = false;
-                if let Some(io) = r.held_io.take()
-                    && let Err(e) = self.on_held_wait(id, io, c.res)
-                {
+                let res = match r.held_io.take() {
+                    Some(io) => self.on_held_wait(id, io, c.res),
+                    None => self.on_linked_wait(id, c.res),
+                };
+                if let Err(e) = res {
                     self.finish(id, Err(e));
                 }
             }
@@ -728,6 +758,16 @@ impl Core {
             return Ok(());
         }
         if res == -libc::ECANCELED {
+            if let Some(errno) = r.link_wait_errno {
+                return Err(timeout_failed(errno));
+            }
+            if !r.cancel_requested && r.wait_in_flight {
+                // Linked behind a wait whose CQE is still to come (only a
+                // linked wait is in flight together with its IO): whether
+                // the wait failed decides the outcome (`on_linked_wait`).
+                r.link_io_cancelled = true;
+                return Ok(());
+            }
             return Err(UringError::Cancelled);
         }
         if phase == Phase::Probe {
@@ -930,9 +970,15 @@ impl Core {
         out
     }
 
-    /// Whether `id` names a live request.
-    pub(crate) fn is_live(&self, id: SlotId) -> bool {
-        self.ring.data(id).is_some()
+    /// Why `id` cannot be collected by its owner, if it cannot: released
+    /// (collected, or an abandoned request freed at its last CQE), or
+    /// abandoned (it will be freed, never handed out).
+    pub(crate) fn uncollectable(&self, id: SlotId) -> Option<&'static str> {
+        match self.ring.data(id) {
+            None => Some("not live (collected, or abandoned and released)"),
+            Some(r) if r.orphan => Some("abandoned"),
+            Some(_) => None,
+        }
     }
 }
 
@@ -946,6 +992,14 @@ impl Req {
             offset: self.offset + self.done as u64,
             nowait: false,
         }
+    }
+}
+
+/// A throttle timeout that neither expired nor was cancelled by us.
+fn timeout_failed(errno: i32) -> UringError {
+    UringError::Ring {
+        what: "throttle timeout",
+        source: io::Error::from_raw_os_error(errno),
     }
 }
 

@@ -42,6 +42,26 @@ pub enum UringError {
     /// Charging the throttle chain failed (lifetime limit, overflow, …).
     #[error(transparent)]
     Throttle(#[from] ThrottleError),
+    /// A combination of configuration flags that cannot work together.
+    #[error("invalid {what}: {flags}")]
+    InvalidFlags {
+        /// Which combination.
+        what: &'static str,
+        /// The offending flags and their values, e.g.
+        /// `"defer_taskrun=true single_issuer=false"`.
+        flags: String,
+    },
+    /// A ticket that cannot be waited on: the request was abandoned
+    /// ([`crate::UringEngine::abandon`]) or already collected.
+    #[error("ticket of slot {index} (generation {generation}) is {why}")]
+    Ticket {
+        /// The ticket's slot index.
+        index: u32,
+        /// The ticket's slot generation.
+        generation: u32,
+        /// `"abandoned"`, or `"not live (collected, or abandoned and released)"`.
+        why: &'static str,
+    },
     /// Bad input.
     #[error("invalid {what}: {value}")]
     Invalid {

@@ -6,7 +6,11 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
+use crate::sys::{RealSyscalls, Syscalls};
 use nix::fcntl::{FcntlArg, OFlag, PosixFadviseAdvice, fcntl, posix_fadvise};
+
+/// [`UringFile::size_hint`] of a file whose reads no size bounds.
+pub const SIZE_UNBOUNDED: u64 = u64::MAX;
 
 /// How page-cache detection treats a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +27,10 @@ pub enum NowaitMode {
 
 /// A file served by the engines. Remembers, per file, whether `RWF_NOWAIT`
 /// works, whether it is `O_DIRECT`, and a size hint used to tell EOF from a
-/// short read and to avoid charging bytes beyond EOF.
+/// short read and to avoid charging bytes beyond EOF. Only regular files
+/// and block devices have such a size; for anything else (character
+/// devices, pipes, sockets) the hint is "unbounded" and no charge is
+/// trimmed.
 ///
 /// Memory ordering: the fields are independent hints that order nothing
 /// else; all accesses are `Relaxed`.
@@ -36,11 +43,14 @@ pub struct UringFile {
 }
 
 impl UringFile {
-    /// Wrap `file` (one `fcntl(F_GETFL)` and one `fstat`).
+    /// Wrap `file` (one `fcntl(F_GETFL)` and one `fstat`, plus
+    /// `ioctl(BLKGETSIZE64)` for a block device).
     pub fn new(file: File) -> io::Result<Arc<Self>> {
         let flags = fcntl(file.as_fd(), FcntlArg::F_GETFL).map_err(io::Error::from)?;
         let direct = OFlag::from_bits_truncate(flags).contains(OFlag::O_DIRECT);
-        let size = file.metadata()?.len();
+        let size = RealSyscalls
+            .file_size(file.as_raw_fd())?
+            .unwrap_or(SIZE_UNBOUNDED);
         Ok(Arc::new(Self {
             file,
             direct,
@@ -72,13 +82,16 @@ impl UringFile {
         self.mode.store(m as u8, Ordering::Relaxed);
     }
 
-    /// The last known size.
+    /// The last known size ([`SIZE_UNBOUNDED`] for a file without one:
+    /// character devices, pipes, sockets).
     pub fn size_hint(&self) -> u64 {
         self.size_hint.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn note_size(&self, size: u64) {
-        self.size_hint.store(size, Ordering::Relaxed);
+    /// Record a fresh [`Syscalls::file_size`] answer (`None`: unbounded).
+    pub(crate) fn note_size(&self, size: Option<u64>) {
+        self.size_hint
+            .store(size.unwrap_or(SIZE_UNBOUNDED), Ordering::Relaxed);
     }
 
     pub(crate) fn grow_to(&self, end: u64) {

@@ -64,7 +64,7 @@ pub use crate::blocking::{
 pub use crate::core::Policy;
 pub use crate::counters::UringCounters;
 pub use crate::error::{BufResult, UringError};
-pub use crate::file::{NowaitMode, UringFile};
+pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls};
 pub use crate::tokio::AsyncEngine;
 

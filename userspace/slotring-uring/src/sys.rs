@@ -4,8 +4,9 @@
 //!
 //! * [`Syscalls`], the one seam through which every syscall of the engines
 //!   passes (`io_uring_setup`, `io_uring_enter`, `io_uring_register`,
-//!   `preadv2`, `pwrite`, `cachestat`, `fstat`, `fstatfs`) and through which
-//!   every completion result is read. Tests replace it to inject faults.
+//!   `preadv2`, `pwrite`, `cachestat`, `fstat`, `ioctl(BLKGETSIZE64)`,
+//!   `fstatfs`) and through which every completion result is read. Tests
+//!   replace it to inject faults.
 //! * [`Ring`], the owner of the io_uring instance *and* of every buffer and
 //!   timespec the kernel may touch. An SQE can only point into memory this
 //!   module owns, and that memory is handed back ([`Ring::take`]) only once
@@ -24,6 +25,8 @@ use io_uring::{IoUring, cqueue, opcode, squeue, types};
 const SYS_CACHESTAT: libc::c_long = 451;
 const IORING_ENTER_GETEVENTS: u32 = 1;
 const IORING_ENTER_SQ_WAKEUP: u32 = 2;
+/// `BLKGETSIZE64` = `_IOR(0x12, 114, size_t)` (the same on x86_64 and aarch64).
+const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 const TMPFS_MAGIC: i64 = 0x0102_1994;
 const RAMFS_MAGIC: i64 = 0x8584_58f6;
 
@@ -168,8 +171,14 @@ pub trait Syscalls: Send + 'static {
         })
     }
 
-    /// The file's size (`fstat`).
-    fn file_size(&mut self, fd: RawFd) -> io::Result<u64> {
+    /// The size that bounds reads of `fd`, or `None` when it has none.
+    ///
+    /// A regular file answers its `st_size` (`fstat`); a block device its
+    /// capacity (`ioctl(BLKGETSIZE64)`: its `st_size` is 0). Anything else
+    /// (character devices such as `/dev/zero`, pipes, sockets) has no size
+    /// that bounds a read — its `st_size` is 0 too — so `None`: the engines
+    /// then trim nothing and charge every byte asked for.
+    fn file_size(&mut self, fd: RawFd) -> io::Result<Option<u64>> {
         let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
         // SAFETY: `st` is writable memory of the size `fstat` fills; the
         // kernel validates `fd` (a bad one is `EBADF`, not UB).
@@ -179,7 +188,21 @@ pub trait Syscalls: Send + 'static {
         }
         // SAFETY: `fstat` returned 0, so it initialised `st`.
         let st = unsafe { st.assume_init() };
-        Ok(u64::try_from(st.st_size).unwrap_or(0))
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => Ok(Some(u64::try_from(st.st_size).unwrap_or(0))),
+            libc::S_IFBLK => {
+                let mut bytes: u64 = 0;
+                // SAFETY: BLKGETSIZE64 writes one u64 through its argument,
+                // which points at `bytes`, alive and exclusively borrowed for
+                // the duration of this synchronous call.
+                let r = unsafe { libc::ioctl(fd, BLKGETSIZE64 as _, &raw mut bytes) };
+                if r < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(Some(bytes))
+            }
+            _ => Ok(None),
+        }
     }
 
     /// Whether the file lives in memory (tmpfs/ramfs), via `fstatfs`.
@@ -403,6 +426,12 @@ impl<T> Ring<T> {
         Some((buf, data))
     }
 
+    fn sq_capacity(&mut self) -> usize {
+        // SAFETY: see `room`: no other `SubmissionQueue` is alive.
+        let sq = unsafe { self.ring.submission_shared() };
+        sq.capacity()
+    }
+
     fn room(&mut self) -> usize {
         let real = {
             // SAFETY: `submission_shared` requires that no other
@@ -432,7 +461,12 @@ impl<T> Ring<T> {
                 Err(e) => return Err(e),
             }
             if full > 1_000_000 {
-                return Err(io::Error::other("submission queue stays full"));
+                return Err(io::Error::other(format!(
+                    "submission queue stays full: {n} entries needed, {} free of {} \
+                     after {full} submit attempts",
+                    self.room(),
+                    self.sq_capacity()
+                )));
             }
         }
         Ok(full)
@@ -446,8 +480,12 @@ impl<T> Ring<T> {
             // buffer, or its boxed timespec), which is not released before
             // the CQE of each entry is reaped (`outstanding` is raised below
             // and `take` refuses while it is non-zero; `Drop` waits for all).
-            unsafe { sq.push_multiple(entries) }
-                .map_err(|_| io::Error::other("submission queue full after making room"))?;
+            unsafe { sq.push_multiple(entries) }.map_err(|_| {
+                io::Error::other(format!(
+                    "submission queue full after making room for {} entries",
+                    entries.len()
+                ))
+            })?;
         }
         let s = &mut self.slots[id.index as usize];
         s.outstanding += entries.len() as u32;
@@ -460,7 +498,12 @@ impl<T> Ring<T> {
             .slots
             .get_mut(id.index as usize)
             .filter(|s| s.generation == id.generation && s.data.is_some())
-            .ok_or_else(|| io::Error::other("IO on a released slot"))?;
+            .ok_or_else(|| {
+                io::Error::other(format!(
+                    "IO on released slot {} (generation {})",
+                    id.index, id.generation
+                ))
+            })?;
         let end = io
             .start
             .checked_add(io.len as usize)
@@ -645,6 +688,18 @@ impl<T> Ring<T> {
     }
 }
 
+/// Dropping a ring cancels what is in flight and waits for every CQE owed.
+///
+/// SQEs that were queued but never submitted (a `submit_*` not followed by
+/// any `io_uring_enter`, or a miss's retry queued by the last reap) are
+/// already published in the SQ ring (the tail is shared with the kernel and
+/// the `io-uring` crate offers no way to take it back), so the first
+/// `io_uring_enter` below submits them together with the cancels pushed
+/// behind them. A request the kernel completes inline at submission (a
+/// buffered write, a page-cache read) therefore *does happen* before its
+/// cancel is seen; one that must wait (a timeout-delayed chain, a disk read
+/// that goes async) is cancelled. Callers that must not issue a queued IO
+/// have to cancel and collect it before dropping the engine.
 impl<T> Drop for Ring<T> {
     fn drop(&mut self) {
         // Nothing the kernel may still write to is freed before its CQE.

@@ -62,9 +62,12 @@ impl AsyncEngine {
         if cfg.defer_taskrun {
             // Deferred completions are posted only inside a GETEVENTS enter,
             // so the eventfd would never fire for a task parked in the reactor.
-            return Err(UringError::Invalid {
+            return Err(UringError::InvalidFlags {
                 what: "defer_taskrun on the async front end",
-                value: 1,
+                flags: format!(
+                    "defer_taskrun={} single_issuer={}",
+                    cfg.defer_taskrun, cfg.single_issuer
+                ),
             });
         }
         let mut core = Core::new(sys, &cfg.setup()?, cfg.policy)?;

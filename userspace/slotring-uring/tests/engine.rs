@@ -4,11 +4,13 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use slotring_throttle::{Throttle, ThrottlePtr, Throttler, ThrottlerArray};
-use slotring_uring::{IoEngine, NowaitMode, PreadEngine, RingConfig, UringEngine, UringFile};
+use slotring_uring::{
+    IoEngine, NowaitMode, PreadEngine, RingConfig, SIZE_UNBOUNDED, UringEngine, UringFile,
+};
 
 fn uring() -> Box<dyn IoEngine> {
     Box::new(UringEngine::new(&RingConfig::default()).expect("io_uring is enabled on this machine"))
@@ -171,7 +173,10 @@ fn throttled_lower_bound(mut e: Box<dyn IoEngine>) {
     let tp: ThrottlePtr = t.clone();
     let n: u64 = 3 << 20;
     let burst = rate / 10;
-    let start = Instant::now();
+    // Measured on the throttler's own clock (CLOCK_MONOTONIC_RAW), the one
+    // its rate is defined against.
+    let clock = t.clock().clone();
+    let start = clock.now_ns();
     let mut off = 0;
     while off < n {
         let (r, buf) = e.read_at(&tf.file, vec![0; 256 << 10], off, Some(&tp), NO_CAP);
@@ -180,12 +185,8 @@ fn throttled_lower_bound(mut e: Box<dyn IoEngine>) {
         off += 256 << 10;
     }
     let min = Duration::from_nanos((n - burst) * 1_000_000_000 / rate);
-    assert!(
-        start.elapsed() >= min,
-        "{:?} < lower bound {:?}",
-        start.elapsed(),
-        min
-    );
+    let elapsed = Duration::from_nanos(clock.now_ns() - start);
+    assert!(elapsed >= min, "{elapsed:?} < lower bound {min:?}");
     assert!(e.counters().waits_submitted > 0);
     assert_eq!(t.counters().amount, n);
 }
@@ -209,8 +210,9 @@ fn chain_and_array_rates(mut e: Box<dyn IoEngine>) {
     let array: ThrottlePtr = Arc::new(ThrottlerArray::new(vec![a.clone(), b.clone()]));
     let chain: ThrottlePtr = child.clone();
     let n = 1u64 << 20;
+    let clock = parent.clock().clone();
     for tp in [&chain, &array] {
-        let start = Instant::now();
+        let start = clock.now_ns();
         let mut off = 0;
         while off < n {
             let (r, _) = e.read_at(&tf.file, vec![0; 128 << 10], off, Some(tp), NO_CAP);
@@ -219,7 +221,8 @@ fn chain_and_array_rates(mut e: Box<dyn IoEngine>) {
         }
         // The slowest level bounds the whole: (N - burst) / slow.
         let min = Duration::from_nanos((n - slow / 20) * 1_000_000_000 / slow);
-        assert!(start.elapsed() >= min, "{:?} < {:?}", start.elapsed(), min);
+        let elapsed = Duration::from_nanos(clock.now_ns() - start);
+        assert!(elapsed >= min, "{elapsed:?} < {min:?}");
     }
     for t in [&parent, &child, &a, &b] {
         assert_eq!(
@@ -337,6 +340,96 @@ fn direct_is_not_probed(mut e: Box<dyn IoEngine>) {
     );
 }
 
+/// A character device has `st_size` 0 but no EOF: every byte read is
+/// charged, and the throttle's wait happens (`(N - burst) / rate` at least).
+fn char_device_is_charged(mut e: Box<dyn IoEngine>) {
+    let f = UringFile::new(std::fs::File::open("/dev/zero").unwrap()).unwrap();
+    assert_eq!(f.size_hint(), SIZE_UNBOUNDED, "no size bounds /dev/zero");
+    let rate = 4u64 << 20;
+    let t = Arc::new(
+        Throttler::builder(rate)
+            .burst(Duration::from_millis(10))
+            .build()
+            .unwrap(),
+    );
+    let tp: ThrottlePtr = t.clone();
+    let clock = t.clock().clone();
+    let start = clock.now_ns();
+    let n = 1u64 << 20;
+    let mut off = 0;
+    while off < n {
+        let (r, buf) = e.read_at(&f, vec![1; 256 << 10], off, Some(&tp), NO_CAP);
+        assert_eq!(r.unwrap(), 256 << 10);
+        assert!(buf.iter().all(|&b| b == 0), "read /dev/zero");
+        off += 256 << 10;
+    }
+    assert_eq!(t.counters().amount, n, "every byte read is charged");
+    let burst = rate / 100;
+    let min = Duration::from_nanos((n - burst) * 1_000_000_000 / rate);
+    let elapsed = Duration::from_nanos(clock.now_ns() - start);
+    assert!(elapsed >= min, "{elapsed:?} < lower bound {min:?}");
+    assert!(e.counters().waits_submitted > 0);
+    // Through a chain that ignores page-cache reads (NOWAIT detection on):
+    // nothing is trimmed either; the parent is charged for every byte.
+    let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
+    let (r, _) = e.read_at(&f, vec![1; 64 << 10], 0, Some(&chain), NO_CAP);
+    assert_eq!(r.unwrap(), 64 << 10);
+    assert_eq!(parent.counters().amount, 64 << 10);
+    let _ = disk;
+}
+
+/// A loop device over a temporary file, detached on drop.
+struct LoopDev {
+    dev: std::path::PathBuf,
+    _backing: TestFile,
+}
+
+impl LoopDev {
+    fn new(len: usize) -> Self {
+        let backing = disk_file(len, 70);
+        let path = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(backing.file.file())
+        ))
+        .unwrap();
+        let out = std::process::Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&path)
+            .output()
+            .expect("losetup (util-linux) runs");
+        assert!(out.status.success(), "losetup: {out:?}");
+        let dev = String::from_utf8(out.stdout).unwrap().trim().into();
+        Self {
+            dev,
+            _backing: backing,
+        }
+    }
+}
+
+impl Drop for LoopDev {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup")
+            .arg("-d")
+            .arg(&self.dev)
+            .status();
+    }
+}
+
+/// A block device has `st_size` 0; its size is its capacity
+/// (`BLKGETSIZE64`), and a read crossing it is charged only up to it.
+fn block_device_is_trimmed_at_capacity(mut e: Box<dyn IoEngine>) {
+    let len = (1 << 20) + 3 * 4096;
+    let lo = LoopDev::new(len);
+    let f = UringFile::new(std::fs::File::open(&lo.dev).unwrap()).unwrap();
+    assert_eq!(f.size_hint(), len as u64, "{:?}", lo.dev);
+    let t = Arc::new(Throttler::builder(1 << 30).build().unwrap());
+    let tp: ThrottlePtr = t.clone();
+    let (r, buf) = e.read_at(&f, vec![0; 16 << 10], len as u64 - 4096, Some(&tp), NO_CAP);
+    assert_eq!(r.unwrap(), 4096, "the read stops at the device's end");
+    assert_eq!(buf[..4096], lo._backing.data[len - 4096..]);
+    assert_eq!(t.counters().amount, 4096, "charged up to the capacity only");
+}
+
 macro_rules! suite {
     ($m:ident, $make:ident) => {
         mod $m {
@@ -380,6 +473,14 @@ macro_rules! suite {
             #[test]
             fn tmpfs_eopnotsupp_remembered_as_memory() {
                 tmpfs_is_memory($make());
+            }
+            #[test]
+            fn char_device_reads_are_charged_and_waited() {
+                char_device_is_charged($make());
+            }
+            #[test]
+            fn block_device_reads_are_trimmed_at_capacity() {
+                block_device_is_trimmed_at_capacity($make());
             }
             #[test]
             fn o_direct_is_not_probed() {

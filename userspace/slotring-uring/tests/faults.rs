@@ -439,8 +439,145 @@ fn setup_flag_combinations_serve_the_same_reads() {
         defer_taskrun: true,
         ..RingConfig::default()
     };
-    assert!(matches!(
-        UringEngine::new(&bad),
-        Err(UringError::Invalid { .. })
-    ));
+    let err = UringEngine::new(&bad).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            UringError::InvalidFlags { flags, .. }
+                if flags == "defer_taskrun=true single_issuer=false"
+        ),
+        "{err}"
+    );
+}
+
+/// Run `f` on its own thread; fail (instead of hanging the suite) if it
+/// does not return within `limit`.
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .expect("the call did not return (hang or spin)")
+}
+
+#[test]
+fn wait_on_an_abandoned_ticket_is_a_typed_error_not_a_hang() {
+    let tf = disk_file(1 << 20, 40);
+    let t: ThrottlePtr = Arc::new(
+        Throttler::builder(1 << 20)
+            .burst(Duration::from_millis(1))
+            .build()
+            .unwrap(),
+    );
+    let mut e = UringEngine::new(&RingConfig::default()).unwrap();
+    // A read behind a ~250 ms linked wait, abandoned before it completes.
+    let ticket = e.submit_read(&tf.file, vec![0; 256 << 10], 0, Some(&t), NO_CAP);
+    e.submit_pending().unwrap();
+    e.abandon(ticket);
+    let (e, r) = within(Duration::from_secs(10), move || {
+        let r = e.wait(ticket);
+        (e, r)
+    });
+    let mut e = e;
+    match r {
+        Err(UringError::Ticket { why, .. }) => assert_eq!(why, "abandoned"),
+        other => panic!("expected a ticket error, got {other:?}"),
+    }
+    // The engine frees it at its last CQE; waiting on it then is an error too.
+    while e.wait_any().unwrap().is_some() {}
+    assert_eq!(e.in_flight(), 0);
+    let (_e, r) = within(Duration::from_secs(10), move || {
+        let r = e.wait(ticket);
+        (e, r)
+    });
+    assert!(
+        matches!(r, Err(UringError::Ticket { why, .. }) if why.starts_with("not live")),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_failed_linked_timeout_reports_its_error_not_a_cancellation() {
+    let tf = disk_file(1 << 20, 41);
+    let plan = fault_plan();
+    {
+        // The wait heading the chain fails with EINVAL; the kernel then
+        // fails the linked read with ECANCELED.
+        let mut p = plan.lock().unwrap();
+        p.wait_results = vec![libc::EINVAL];
+        p.io_results = vec![Rewrite::Errno(libc::ECANCELED)];
+    }
+    let mut e = engine(&plan, &RingConfig::default());
+    let t: ThrottlePtr = Arc::new(
+        Throttler::builder(16 << 20)
+            .burst(Duration::from_millis(1))
+            .build()
+            .unwrap(),
+    );
+    // The ticket API keeps pre-IO waits linked to their IO.
+    let ticket = e.submit_read(&tf.file, vec![0; 1 << 20], 0, Some(&t), NO_CAP);
+    let c = e.wait(ticket).unwrap();
+    match c.result {
+        Err(UringError::Ring { what, source }) => {
+            assert_eq!(what, "throttle timeout");
+            assert_eq!(source.raw_os_error(), Some(libc::EINVAL));
+        }
+        other => panic!("expected the timeout's error, got {other:?}"),
+    }
+    assert!(c.deadline_ns.is_some(), "a linked wait was booked");
+    let counters = e.counters();
+    assert_eq!(counters.cancellations, 0, "{counters:?}");
+    assert_eq!(counters.waits_submitted, 1, "{counters:?}");
+    let p = plan.lock().unwrap();
+    assert!(
+        p.wait_results.is_empty() && p.io_results.is_empty(),
+        "both faults were injected"
+    );
+}
+
+#[test]
+fn a_submission_queue_that_stays_full_is_an_error_naming_its_sizes() {
+    let tf = disk_file(64 << 10, 42);
+    let plan = fault_plan();
+    plan.lock().unwrap().sq_full = u32::MAX;
+    let cfg = RingConfig {
+        entries: 8,
+        ..RingConfig::default()
+    };
+    let mut e = engine(&plan, &cfg);
+    let (r, _) = e.read_at(&tf.file, vec![0; 4096], 0, None, NO_CAP);
+    plan.lock().unwrap().sq_full = 0;
+    match r {
+        Err(UringError::Ring { what, source }) => {
+            assert_eq!(what, "io_uring_enter (SQ full)");
+            let msg = source.to_string();
+            assert!(
+                msg.contains("1 entries needed, 0 free of 8 after 1000001 submit attempts"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected a ring error, got {other:?}"),
+    }
+}
+
+#[test]
+fn dropping_the_engine_cancels_a_queued_write_still_behind_its_wait() {
+    let tf = disk_file(64 << 10, 43);
+    // 64 KiB at 8 KiB/s with a tiny burst: a wait of several seconds.
+    let t: ThrottlePtr = Arc::new(
+        Throttler::builder(8 << 10)
+            .burst(Duration::from_millis(1))
+            .build()
+            .unwrap(),
+    );
+    let mut e = UringEngine::new(&RingConfig::default()).unwrap();
+    let new = vec![0xA5u8; 64 << 10];
+    let ticket = e.submit_write(&tf.file, new, 0, Some(&t), NO_CAP);
+    // Never submitted: the drop submits the chain and cancels its wait.
+    drop(e);
+    let _ = ticket;
+    let mut back = vec![0u8; 64 << 10];
+    std::os::unix::fs::FileExt::read_exact_at(tf.file.file(), &mut back, 0).unwrap();
+    assert_eq!(back, tf.data, "the delayed write was cancelled, not issued");
 }

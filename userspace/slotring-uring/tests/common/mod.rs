@@ -134,6 +134,8 @@ pub const NO_CAP: Duration = slotring_throttle::UNLIMITED_BLOCK;
 pub struct Plan {
     /// Results to substitute for the next IO completions (tag 0), in order.
     pub io_results: Vec<Rewrite>,
+    /// Errnos to substitute for the next throttle-wait completions (tag 1), in order.
+    pub wait_results: Vec<i32>,
     /// Errors to return from the next `io_uring_enter` calls, in order.
     pub enter_errors: Vec<i32>,
     /// Report a full SQ this many times.
@@ -179,6 +181,9 @@ impl Syscalls for FaultSys {
     }
     fn completion(&mut self, user_data: u64, res: &mut i32) {
         let mut plan = self.0.lock().unwrap();
+        if user_data & 3 == 1 && !plan.wait_results.is_empty() {
+            *res = -plan.wait_results.remove(0);
+        }
         if user_data & 3 == 0 && !plan.io_results.is_empty() {
             match plan.io_results.remove(0) {
                 Rewrite::Errno(e) => *res = -e,
