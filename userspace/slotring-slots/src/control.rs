@@ -199,7 +199,10 @@ impl Allocation {
     ///
     /// Errors: [`SlotsError::Freed`] if the allocation is (or gets) freed;
     /// [`SlotsError::Exhausted`] if nothing is granted and it is not
-    /// requesting more (it would wait forever).
+    /// requesting more (it would wait forever). A blocked call that becomes
+    /// impossible is woken at once: by a `set_max` shrink that ends the
+    /// request, or by the allocation's last grant going to another blocked
+    /// caller.
     pub fn acquire(&self) -> Result<AcquiredSlot, SlotsError> {
         self.acquire_inner(None)
     }

@@ -21,6 +21,14 @@
 //! budget is full. Hence after every operation: `cur < max` ⇒ no waiter in
 //! any list, whichever scheduler each waiter was created under.
 //!
+//! Wake-ups: a blocking `acquire` waits on its allocation's condvar with the
+//! core mutex (counted in `blocked`), so a notify under the mutex is never
+//! lost. It is notified whenever its answer can change: a grant while the
+//! allocation still wants more (`notify_one`: one slot, one taker); the last
+//! grant, a `set_max` shrink that ends the request, and `free`
+//! (`notify_all`: every other blocked caller must return `Exhausted` or
+//! `Freed` instead of sleeping forever).
+//!
 //! Borrowing: `borrowed ≤ cur.saturating_sub(max)` always (it is clamped after
 //! every decrease of `cur` and every change of `max`), so it drops to 0 when
 //! all slots are released: no capacity is ever lost. The budget invariant
@@ -272,10 +280,18 @@ impl Core {
         let st = self.st_mut(id);
         st.allocated += 1;
         st.shared.granted.fetch_add(1, Ordering::Relaxed);
+        let wants_more = st.allocated < st.limit;
         if st.blocked > 0 {
-            st.shared.cv.notify_one();
+            if wants_more {
+                st.shared.cv.notify_one();
+            } else {
+                // The last grant it will get: one blocked acquirer takes it,
+                // the others must wake to return `Exhausted` (or they would
+                // sleep forever).
+                st.shared.cv.notify_all();
+            }
         }
-        st.allocated < st.limit
+        wants_more
     }
 
     /// Run all three schedulers, the active one last.
@@ -430,6 +446,12 @@ impl Core {
             need_schedule = true;
         } else if was_waiter && !will_be_waiter {
             self.remove_waiter(id);
+            // Nothing more will be granted: blocked acquirers must wake to
+            // return `Exhausted` (or take a slot granted meanwhile).
+            let st = self.st(id);
+            if st.blocked > 0 {
+                st.shared.cv.notify_all();
+            }
         } else if was_waiter && will_be_waiter && new_limit > old_limit {
             need_schedule = true;
         }

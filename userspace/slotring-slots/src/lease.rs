@@ -24,9 +24,12 @@
 //!
 //! [`AcquiredSlot::make_current`] makes a slot the calling thread's current
 //! lease until the returned [`CurrentLease`] guard drops (guards nest, like a
-//! stack). While current, the lease's state lives in a thread-local, so a
-//! leaked guard (`mem::forget`) cannot double-count: the slot is released
-//! when the thread exits. [`CpuLeaseParkGuard`] parks the current lease for a
+//! stack; they may also drop out of order: each takes back only its own
+//! state, leaving a tombstone if a later lease is still current). While
+//! current, the lease's state lives in a thread-local, so a leaked guard
+//! (`mem::forget`) cannot double-count: its lease stays on the stack (and
+//! current until a later one is made current) and the slot is released when
+//! the thread exits. [`CpuLeaseParkGuard`] parks the current lease for a
 //! scope, nesting-safely: only the outermost guard parks, and it unparks only
 //! if its park succeeded. The `slotring-throttle` lease hook goes through the
 //! same guard, so a blocking throttler wait parks the caller's lease.
@@ -121,10 +124,23 @@ impl SlotLease for AcquiredSlot {
     }
 }
 
+/// One position of the thread's stack of current leases.
+#[derive(Debug)]
+struct Entry {
+    /// Unique on the thread: tells a reused stack position apart.
+    token: u64,
+    /// The lease's state; `None` once its [`CurrentLease`] guard dropped
+    /// while a later lease was still current (a tombstone, removed when it
+    /// reaches the top: the top entry is never a tombstone).
+    state: Option<SlotState>,
+}
+
 #[cfg(not(loom))]
 std::thread_local! {
     /// The stack of current leases; the last is the thread's current lease.
-    static LEASES: RefCell<Vec<SlotState>> = const { RefCell::new(Vec::new()) };
+    static LEASES: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+    /// The next [`Entry::token`].
+    static NEXT_TOKEN: Cell<u64> = const { Cell::new(0) };
     /// Active `CpuLeaseParkGuard` scopes on this thread that found a lease.
     static PARK_DEPTH: Cell<usize> = const { Cell::new(0) };
     /// Guards opened by the `slotring-throttle` hook, closed by its unpark.
@@ -134,18 +150,22 @@ std::thread_local! {
 // loom's `thread_local!` takes no `const` initialisers; otherwise identical.
 #[cfg(loom)]
 loom::thread_local! {
-    static LEASES: RefCell<Vec<SlotState>> = RefCell::new(Vec::new());
+    static LEASES: RefCell<Vec<Entry>> = RefCell::new(Vec::new());
+    static NEXT_TOKEN: Cell<u64> = Cell::new(0);
     static PARK_DEPTH: Cell<usize> = Cell::new(0);
     static HOOK_GUARDS: RefCell<Vec<CpuLeaseParkGuard>> = RefCell::new(Vec::new());
 }
 
+/// The state of the top of a lease stack (never a tombstone).
+fn top_state(l: &[Entry]) -> LeaseState {
+    l.last()
+        .and_then(|e| e.state.as_ref())
+        .map_or(LeaseState::NotHolding, SlotState::lease_state)
+}
+
 /// The calling thread's current lease state.
 pub fn current_lease_state() -> LeaseState {
-    LEASES.with(|l| {
-        l.borrow()
-            .last()
-            .map_or(LeaseState::NotHolding, SlotState::lease_state)
-    })
+    LEASES.with(|l| top_state(&l.borrow()))
 }
 
 impl AcquiredSlot {
@@ -160,9 +180,17 @@ impl AcquiredSlot {
         let state = std::mem::take(&mut self.state);
         let competing = state.competing;
         let ls = state.lease_state();
+        let token = NEXT_TOKEN.with(|t| {
+            let v = t.get();
+            t.set(v + 1);
+            v
+        });
         let index = LEASES.with(|l| {
             let mut l = l.borrow_mut();
-            l.push(state);
+            l.push(Entry {
+                token,
+                state: Some(state),
+            });
             l.len() - 1
         });
         // Keep the slot's `competing` flag readable while the state is away.
@@ -171,17 +199,26 @@ impl AcquiredSlot {
         CurrentLease {
             slot: self,
             index,
+            token,
             _not_send: PhantomData,
         }
     }
 }
 
-/// While alive, its slot is the thread's current CPU lease. `!Send`.
+/// While alive, its slot is the thread's current CPU lease (unless a later
+/// guard made another slot current). `!Send`.
+///
+/// Guards may drop in any order: each takes back only its own slot's state.
+/// Dropping the guard of the lease that is current makes the previous live
+/// one current again; dropping any other guard changes nothing else.
 #[must_use = "the slot stops being the current lease when this guard drops"]
 #[derive(Debug)]
 pub struct CurrentLease<'a> {
     slot: &'a mut AcquiredSlot,
+    /// Its entry's position in `LEASES`: stable while the guard lives (only
+    /// tombstones and the top entry are ever removed).
     index: usize,
+    token: u64,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -194,25 +231,37 @@ impl CurrentLease<'_> {
 
 impl Drop for CurrentLease<'_> {
     fn drop(&mut self) {
-        let (mine, leaked, now) = LEASES.with(|l| {
+        // `try_with`: if the thread's locals are already gone, the state was
+        // released with them and the slot keeps its empty one.
+        let Ok((mine, now)) = LEASES.try_with(|l| {
             let mut l = l.borrow_mut();
-            // Leases made current after ours whose guards were leaked.
-            let leaked = if l.len() > self.index + 1 {
-                l.split_off(self.index + 1)
-            } else {
-                vec![]
+            let Some(e) = l.get_mut(self.index) else {
+                debug_assert!(false, "a live guard's entry is never removed");
+                return (None, None);
             };
-            let mine = l.pop();
-            let now = l
-                .last()
-                .map_or(LeaseState::NotHolding, SlotState::lease_state);
-            (mine, leaked, now)
-        });
-        drop(leaked);
+            debug_assert_eq!(e.token, self.token, "a live guard's entry is its own");
+            if e.token != self.token {
+                return (None, None);
+            }
+            let mine = e.state.take();
+            if self.index + 1 < l.len() {
+                // A later lease is current: leave a tombstone, report nothing.
+                return (mine, None);
+            }
+            // Ours was current: remove it and the tombstones under it.
+            while l.last().is_some_and(|e| e.state.is_none()) {
+                l.pop();
+            }
+            (mine, Some(top_state(&l)))
+        }) else {
+            return;
+        };
         if let Some(mine) = mine {
             self.slot.state = mine;
         }
-        notify_lease_state(now);
+        if let Some(now) = now {
+            notify_lease_state(now);
+        }
     }
 }
 
@@ -225,7 +274,9 @@ impl Drop for CurrentLease<'_> {
 pub struct CpuLeaseParkGuard {
     active: bool,
     parked: bool,
+    /// The lease it found current: its `LEASES` position and token.
     index: usize,
+    token: u64,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -238,17 +289,27 @@ impl Default for CpuLeaseParkGuard {
 impl CpuLeaseParkGuard {
     /// Park the current lease if this is the outermost guard.
     pub fn new() -> Self {
-        let top = LEASES.with(|l| l.borrow().len().checked_sub(1));
-        let Some(index) = top else {
+        let top = LEASES.with(|l| {
+            let l = l.borrow();
+            l.len().checked_sub(1).map(|i| (i, l[i].token))
+        });
+        let Some((index, token)) = top else {
             return Self {
                 active: false,
                 parked: false,
                 index: 0,
+                token: 0,
                 _not_send: PhantomData,
             };
         };
         let depth = PARK_DEPTH.with(Cell::get);
-        let parked = depth == 0 && LEASES.with(|l| l.borrow_mut()[index].park());
+        let parked = depth == 0
+            && LEASES.with(|l| {
+                l.borrow_mut()[index]
+                    .state
+                    .as_mut()
+                    .is_some_and(SlotState::park)
+            });
         PARK_DEPTH.with(|d| d.set(depth + 1));
         if parked {
             notify_lease_state(LeaseState::Parked);
@@ -257,6 +318,7 @@ impl CpuLeaseParkGuard {
             active: true,
             parked,
             index,
+            token,
             _not_send: PhantomData,
         }
     }
@@ -276,18 +338,23 @@ impl Drop for CpuLeaseParkGuard {
         // thread's locals are being destroyed; then there is nothing to undo.
         let _ = PARK_DEPTH.try_with(|d| d.set(d.get().saturating_sub(1)));
         if self.parked {
-            // If the lease stopped being current in between (guards dropped
-            // out of order), it stays parked: its drop accounts for that.
+            // If the lease stopped being current in between (its guard
+            // dropped first), its slot got its state back parked and stays
+            // parked: the slot's drop accounts for that. The position may
+            // hold another lease by now: the token tells.
             let (unparked, is_top) = LEASES
                 .try_with(|l| {
                     let mut l = l.borrow_mut();
                     let len = l.len();
                     match l.get_mut(self.index) {
-                        Some(s) => {
+                        Some(Entry {
+                            token,
+                            state: Some(s),
+                        }) if *token == self.token => {
                             s.unpark();
                             (true, self.index + 1 == len)
                         }
-                        None => (false, false),
+                        _ => (false, false),
                     }
                 })
                 .unwrap_or((false, false));

@@ -636,3 +636,105 @@ fn free_returns_granted_and_stops_requesting() {
         assert_idle(&cc);
     }
 }
+
+/// Liveness watchdog for the lost-wake-up tests below (not a timing
+/// assertion: a correct wake-up answers at once; on expiry the test frees the
+/// allocation, which cancels the lost wait with `Freed`, and fails).
+const WATCHDOG: Duration = Duration::from_secs(30);
+
+/// A blocked `acquire` whose allocation stops requesting (`set_max` shrinks
+/// it to what it already has) can never be served: it must wake and return
+/// `Exhausted`, under every scheduler (regression: it slept forever and
+/// `acquire_timeout` reported `Timeout`).
+#[test]
+fn set_max_shrink_wakes_a_blocked_acquire_with_exhausted() {
+    for s in Scheduler::ALL {
+        for timed in [false, true] {
+            let cc = cc(1, s);
+            let holder = cc.allocate(0, 1).unwrap();
+            let h = holder.try_acquire();
+            let a = cc.allocate(1, 3).unwrap();
+            let min = a.try_acquire().expect("the min slot");
+            assert!(a.try_acquire().is_none(), "{s}: the budget is full");
+            assert!(a.is_requesting(), "{s}");
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    let r = if timed {
+                        // Longer than the watchdog: only a wake-up answers in time.
+                        a.acquire_timeout(4 * WATCHDOG)
+                    } else {
+                        a.acquire()
+                    };
+                    tx.send(r.map(|s| s.slot_id())).unwrap();
+                });
+                // Shrink once the acquirer is (very likely) blocked; the
+                // answer is the same if it is not yet.
+                std::thread::sleep(Duration::from_millis(20));
+                a.set_max(1).unwrap();
+                assert!(!a.is_requesting(), "{s}");
+                let got = rx.recv_timeout(WATCHDOG);
+                if got.is_err() {
+                    a.free(); // unblock the lost waiter so the scope can end
+                }
+                assert_eq!(
+                    got,
+                    Ok(Err(SlotsError::Exhausted {
+                        allocated: u64::from(!s.min_is_non_competing()),
+                        max: 1
+                    })),
+                    "{s} (timed: {timed}): the acquirer was not woken by the shrink"
+                );
+            });
+            drop((min, h, a, holder));
+            assert_idle(&cc);
+        }
+    }
+}
+
+/// Two acquirers blocked on one allocation that wants one more slot: the
+/// grant that saturates it serves one and must wake the other with
+/// `Exhausted` (regression: `notify_one` left it asleep forever).
+#[test]
+fn saturating_grant_wakes_every_blocked_acquire() {
+    for s in Scheduler::ALL {
+        let cc = cc(1, s);
+        let holder = cc.allocate(0, 1).unwrap();
+        let h = holder.try_acquire().unwrap();
+        let a = cc.allocate(0, 1).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|sc| {
+            for _ in 0..2 {
+                let tx = tx.clone();
+                let a = &a;
+                sc.spawn(move || {
+                    // Hold a won slot until the test has both answers.
+                    let r = a.acquire();
+                    tx.send(r.as_ref().map(|s| s.slot_id()).map_err(Clone::clone))
+                        .unwrap();
+                    r
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            drop(h);
+            let mut got: Vec<_> = (0..2).map(|_| rx.recv_timeout(WATCHDOG)).collect();
+            if got.iter().any(Result::is_err) {
+                a.free();
+            }
+            got.sort_by_key(|r| format!("{r:?}"));
+            assert_eq!(
+                got,
+                [
+                    Ok(Err(SlotsError::Exhausted {
+                        allocated: 1,
+                        max: 1
+                    })),
+                    Ok(Ok(0)),
+                ],
+                "{s}: exactly one served, the other told it is exhausted"
+            );
+        });
+        drop((a, holder));
+        assert_idle(&cc);
+    }
+}

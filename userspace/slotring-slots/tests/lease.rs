@@ -364,3 +364,116 @@ fn a_blocking_throttler_wait_parks_the_current_lease() {
     let c = cc.counters();
     assert_eq!((c.cur_concurrency, c.borrowed, c.parked), (0, 0, 0));
 }
+
+/// Current-lease guards dropped out of order: each guard gives its own
+/// state back to its own slot, the observer always hears the state of the
+/// lease that is current, and every slot is released exactly once
+/// (regression: a guard popped whatever was on top of the stack, so `B`'s
+/// guard took `C`'s state and `A`'s drop released `B` while still current).
+#[test]
+fn current_leases_dropped_out_of_order_keep_their_own_state() {
+    let _ = observed();
+    let cc = cc(8, Scheduler::MaxMinFair);
+    let a = cc.allocate(0, 3).unwrap();
+    let mut sa = a.try_acquire().unwrap();
+    let mut sb = a.try_acquire().unwrap();
+    let mut sc = a.try_acquire().unwrap();
+    let cur = |cc: &ConcurrencyControl| cc.counters().cur_concurrency;
+    assert_eq!(cur(&cc), 3);
+
+    let ga = sa.make_current();
+    let gb = sb.make_current();
+    drop(ga); // out of order: B stays current, nothing is released
+    assert_eq!(current_lease_state(), LeaseState::Running);
+    assert_eq!(cur(&cc), 3, "A's guard released nothing");
+    {
+        // The current lease is B's: parking it moves B's capacity.
+        let g = CpuLeaseParkGuard::new();
+        assert!(g.parked());
+        assert_eq!(cur(&cc), 2);
+    }
+    assert_eq!(cur(&cc), 3);
+    let gc = sc.make_current();
+    {
+        let g = CpuLeaseParkGuard::new();
+        assert!(g.parked(), "C is current");
+        drop(gb); // out of order again: C stays current (and parked)
+        assert_eq!(current_lease_state(), LeaseState::Parked);
+        assert_eq!(cur(&cc), 2);
+    }
+    assert_eq!(current_lease_state(), LeaseState::Running);
+    assert_eq!(cur(&cc), 3);
+    drop(gc);
+    assert_eq!(current_lease_state(), LeaseState::NotHolding);
+    assert_eq!(
+        observed(),
+        [
+            LeaseState::Running,    // A current
+            LeaseState::Running,    // B current
+            LeaseState::Parked,     // B parked
+            LeaseState::Running,    // B unparked
+            LeaseState::Running,    // C current
+            LeaseState::Parked,     // C parked
+            LeaseState::Running,    // C unparked
+            LeaseState::NotHolding, // C's guard: nothing current
+        ]
+    );
+
+    // Every slot has its own state back: each parks its own capacity and
+    // releases exactly one slot.
+    for (i, mut s) in [sa, sb, sc].into_iter().enumerate() {
+        let before = cur(&cc);
+        assert!(s.park(), "slot {i} holds its state");
+        assert_eq!(cur(&cc), before - 1, "slot {i} parked its own capacity");
+        s.unpark();
+        drop(s);
+        assert_eq!(cur(&cc), before - 1, "slot {i} released once");
+    }
+    let c = cc.counters();
+    assert_eq!(
+        (c.cur_concurrency, c.parked, c.borrowed),
+        (0, 0, 0),
+        "{c:?}"
+    );
+}
+
+/// A park guard outliving the current-lease guard it parked must not touch
+/// the lease that reuses the stack position: the parked slot gets its state
+/// back parked, and the next current lease is neither unparked nor reported.
+#[test]
+fn a_park_guard_outliving_its_lease_leaves_the_next_one_alone() {
+    let _ = observed();
+    let cc = cc(8, Scheduler::MaxMinFair);
+    let a = cc.allocate(0, 2).unwrap();
+    let mut s0 = a.try_acquire().unwrap();
+    let mut s1 = a.try_acquire().unwrap();
+    let g0 = s0.make_current();
+    let park = CpuLeaseParkGuard::new();
+    assert!(park.parked());
+    drop(g0);
+    assert!(s0.is_parked(), "its state came back parked");
+    let g1 = s1.make_current();
+    drop(park); // must not unpark or report anything about s1
+    assert_eq!(current_lease_state(), LeaseState::Running);
+    let c = cc.counters();
+    assert_eq!((c.cur_concurrency, c.parked, c.unparks), (1, 1, 0), "{c:?}");
+    drop(g1);
+    assert_eq!(
+        observed(),
+        [
+            LeaseState::Running,    // s0 current
+            LeaseState::Parked,     // s0 parked
+            LeaseState::NotHolding, // s0's guard
+            LeaseState::Running,    // s1 current
+            LeaseState::NotHolding, // s1's guard
+        ]
+    );
+    s0.unpark();
+    drop((s0, s1));
+    let c = cc.counters();
+    assert_eq!(
+        (c.cur_concurrency, c.parked, c.borrowed),
+        (0, 0, 0),
+        "{c:?}"
+    );
+}

@@ -5,7 +5,9 @@
 
 use loom::sync::Arc;
 use loom::thread;
-use slotring_slots::{ConcurrencyControl, CpuLeaseParkGuard, Scheduler, SlotLease, SlotsCounters};
+use slotring_slots::{
+    ConcurrencyControl, CpuLeaseParkGuard, Scheduler, SlotLease, SlotsCounters, SlotsError,
+};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
@@ -194,6 +196,70 @@ fn budget_change_races_park_and_waiter() {
         admin.join().unwrap();
         assert_eq!(waiter.join().unwrap(), Ok(0));
         drop((a, b));
+        idle(cc.counters());
+    });
+}
+
+/// A `set_max` shrink that ends the request races a blocked acquire: the
+/// acquirer is always woken and told `Exhausted` (regression: the shrink left
+/// the waiter list without waking it, a lost wake-up).
+#[test]
+fn set_max_shrink_wakes_blocked_acquire() {
+    model(|| {
+        let cc = ConcurrencyControl::new();
+        cc.set_max_concurrency(1);
+        cc.set_scheduler(Scheduler::RoundRobin);
+        // Round robin counts the min slot: the budget is full after it.
+        let a = Arc::new(cc.allocate(1, 3).unwrap());
+        let min = a.try_acquire().unwrap();
+        assert!(a.is_requesting());
+        let a2 = a.clone();
+        let t = thread::spawn(move || a2.acquire().map(|s| s.slot_id()));
+        a.set_max(1).unwrap();
+        assert_eq!(
+            t.join().unwrap(),
+            Err(SlotsError::Exhausted {
+                allocated: 1,
+                max: 1
+            })
+        );
+        drop(min);
+        drop(a);
+        idle(cc.counters());
+    });
+}
+
+/// Two acquirers block on an allocation that wants one more slot; the
+/// release that grants it races them. One gets the slot, the other is woken
+/// with `Exhausted` (regression: `notify_one` left it asleep forever).
+#[test]
+fn saturating_grant_wakes_every_blocked_acquire() {
+    model(|| {
+        let cc = ConcurrencyControl::new();
+        cc.set_max_concurrency(1);
+        let holder = cc.allocate(0, 1).unwrap();
+        let h = holder.try_acquire().unwrap();
+        let a = Arc::new(cc.allocate(0, 1).unwrap());
+        let ts: Vec<_> = (0..2)
+            .map(|_| {
+                let a = a.clone();
+                thread::spawn(move || a.acquire().map(|s| s.slot_id()))
+            })
+            .collect();
+        drop(h);
+        let mut got: Vec<_> = ts.into_iter().map(|t| t.join().unwrap()).collect();
+        got.sort_by_key(Result::is_err);
+        assert_eq!(
+            got,
+            [
+                Ok(0),
+                Err(SlotsError::Exhausted {
+                    allocated: 1,
+                    max: 1
+                })
+            ]
+        );
+        drop((holder, a));
         idle(cc.counters());
     });
 }
