@@ -151,7 +151,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "lease_parking",
         "true",
-        "park the thread's CPU lease while it waits for IO",
+        "park the thread's CPU lease while it waits on a throttle",
     ),
     (
         "listen",

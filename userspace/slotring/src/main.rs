@@ -94,12 +94,14 @@ fn run_command() -> Command {
                 .help("Allow --listen on a non-loopback address"),
         );
     for (key, default, help) in SETTINGS {
-        if let Some((_, flag, _)) = FLAG_SETTINGS.iter().find(|f| f.0 == *key) {
+        if let Some((_, flag, value)) = FLAG_SETTINGS.iter().find(|f| f.0 == *key) {
+            // A `--no-…` flag turns the setting off; the others turn it on.
+            let verb = if *value == "false" { "Do not " } else { "" };
             cmd = cmd.arg(
                 Arg::new(*key)
                     .long(flag.trim_start_matches("--"))
                     .action(ArgAction::SetTrue)
-                    .help(format!("{help} [setting {key}, default {default}]")),
+                    .help(format!("{verb}{help} [setting {key}, default {default}]")),
             );
         } else {
             cmd = cmd.arg(
