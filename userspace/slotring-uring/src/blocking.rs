@@ -238,14 +238,7 @@ impl UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> Ticket {
-        let s = Submit {
-            write: false,
-            file: file.clone(),
-            offset,
-            throttle: throttle.cloned(),
-            max_block,
-            stage_waits: false,
-        };
+        let s = Submit::new(false, file, offset, throttle, max_block, false);
         Ticket(self.core.submit(s, buf))
     }
 
@@ -258,14 +251,7 @@ impl UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> Ticket {
-        let s = Submit {
-            write: true,
-            file: file.clone(),
-            offset,
-            throttle: throttle.cloned(),
-            max_block,
-            stage_waits: false,
-        };
+        let s = Submit::new(true, file, offset, throttle, max_block, false);
         Ticket(self.core.submit(s, buf))
     }
 
@@ -430,14 +416,7 @@ impl IoEngine for UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let s = Submit {
-            write: false,
-            file: file.clone(),
-            offset,
-            throttle: throttle.cloned(),
-            max_block,
-            stage_waits: true,
-        };
+        let s = Submit::new(false, file, offset, throttle, max_block, true);
         self.run_one(s, buf)
     }
 
@@ -449,14 +428,7 @@ impl IoEngine for UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let s = Submit {
-            write: true,
-            file: file.clone(),
-            offset,
-            throttle: throttle.cloned(),
-            max_block,
-            stage_waits: true,
-        };
+        let s = Submit::new(true, file, offset, throttle, max_block, true);
         self.run_one(s, buf)
     }
 

@@ -131,6 +131,27 @@ pub(crate) struct Submit {
     pub(crate) stage_waits: bool,
 }
 
+impl Submit {
+    /// A request for `file` at `offset`, charged to `throttle`.
+    pub(crate) fn new(
+        write: bool,
+        file: &Arc<UringFile>,
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+        stage_waits: bool,
+    ) -> Self {
+        Self {
+            write,
+            file: file.clone(),
+            offset,
+            throttle: throttle.cloned(),
+            max_block,
+            stage_waits,
+        }
+    }
+}
+
 /// The core shared by both front ends.
 pub(crate) struct Core {
     ring: Ring<Req>,

@@ -96,14 +96,7 @@ impl AsyncEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let s = Submit {
-            write: false,
-            file: file.clone(),
-            offset,
-            throttle: throttle.cloned(),
-            max_block,
-            stage_waits: false,
-        };
+        let s = Submit::new(false, file, offset, throttle, max_block, false);
         self.run(s, buf).await
     }
 
@@ -116,14 +109,7 @@ impl AsyncEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let s = Submit {
-            write: true,
-            file: file.clone(),
-            offset,
-            throttle: throttle.cloned(),
-            max_block,
-            stage_waits: false,
-        };
+        let s = Submit::new(true, file, offset, throttle, max_block, false);
         self.run(s, buf).await
     }
 
