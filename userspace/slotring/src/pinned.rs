@@ -254,89 +254,70 @@ pub fn kernel_from_threads(
     k
 }
 
-/// `SlotStats` (BPF ABI) → `SlotsCounters` (same fields).
-pub fn slots_from_abi(s: &SlotStats) -> SlotsCounters {
-    SlotsCounters {
-        slots_granted: s.slots_granted,
-        slots_delayed: s.slots_delayed,
-        slots_acquired: s.slots_acquired,
-        slots_acquired_non_competing: s.slots_acquired_non_competing,
-        queries_delayed: s.queries_delayed,
-        wait_us: s.wait_us,
-        parks: s.parks,
-        unparks: s.unparks,
-        unpark_borrows: s.unpark_borrows,
-        max_concurrency: s.max_concurrency,
-        cur_concurrency: s.cur_concurrency,
-        allocations: s.allocations,
-        waiters: s.waiters,
-        parked: s.parked,
-        borrowed: s.borrowed,
-    }
+/// Field-for-field conversions between a crate's counter struct and its BPF
+/// ABI mirror (the same `u64` fields in the same order; the round-trip tests
+/// below and `abi_matches_btf_of_the_object` keep the two in step).
+macro_rules! mirror {
+    ($from_abi:ident, $to_abi:ident, $abi:ident, $counters:ident, [$($f:ident),+ $(,)?]) => {
+        #[doc = concat!("`", stringify!($abi), "` (BPF ABI) → `", stringify!($counters), "` (same fields).")]
+        pub fn $from_abi(s: &$abi) -> $counters {
+            $counters { $($f: s.$f),+ }
+        }
+
+        #[doc = concat!("`", stringify!($counters), "` → `", stringify!($abi), "` (BPF ABI, same fields).")]
+        pub fn $to_abi(s: &$counters) -> $abi {
+            $abi { $($f: s.$f),+ }
+        }
+    };
 }
 
-/// `SlotsCounters` → `SlotStats` (BPF ABI, same fields).
-pub fn slots_to_abi(s: &SlotsCounters) -> SlotStats {
-    SlotStats {
-        slots_granted: s.slots_granted,
-        slots_delayed: s.slots_delayed,
-        slots_acquired: s.slots_acquired,
-        slots_acquired_non_competing: s.slots_acquired_non_competing,
-        queries_delayed: s.queries_delayed,
-        wait_us: s.wait_us,
-        parks: s.parks,
-        unparks: s.unparks,
-        unpark_borrows: s.unpark_borrows,
-        max_concurrency: s.max_concurrency,
-        cur_concurrency: s.cur_concurrency,
-        allocations: s.allocations,
-        waiters: s.waiters,
-        parked: s.parked,
-        borrowed: s.borrowed,
-    }
-}
+mirror!(
+    slots_from_abi,
+    slots_to_abi,
+    SlotStats,
+    SlotsCounters,
+    [
+        slots_granted,
+        slots_delayed,
+        slots_acquired,
+        slots_acquired_non_competing,
+        queries_delayed,
+        wait_us,
+        parks,
+        unparks,
+        unpark_borrows,
+        max_concurrency,
+        cur_concurrency,
+        allocations,
+        waiters,
+        parked,
+        borrowed,
+    ]
+);
 
-/// `UringStats` (BPF ABI) → `UringCounters` (same fields).
-pub fn uring_from_abi(u: &UringStats) -> UringCounters {
-    UringCounters {
-        reads: u.reads,
-        writes: u.writes,
-        read_bytes: u.read_bytes,
-        write_bytes: u.write_bytes,
-        page_cache_hits: u.page_cache_hits,
-        page_cache_bytes: u.page_cache_bytes,
-        nowait_misses: u.nowait_misses,
-        cachestat_checks: u.cachestat_checks,
-        waits_submitted: u.waits_submitted,
-        wait_us: u.wait_us,
-        cancellations: u.cancellations,
-        resubmits: u.resubmits,
-        short_reads: u.short_reads,
-        sq_full: u.sq_full,
-        cq_overflows: u.cq_overflows,
-    }
-}
-
-/// `UringCounters` → `UringStats` (BPF ABI, same fields).
-pub fn uring_to_abi(u: &UringCounters) -> UringStats {
-    UringStats {
-        reads: u.reads,
-        writes: u.writes,
-        read_bytes: u.read_bytes,
-        write_bytes: u.write_bytes,
-        page_cache_hits: u.page_cache_hits,
-        page_cache_bytes: u.page_cache_bytes,
-        nowait_misses: u.nowait_misses,
-        cachestat_checks: u.cachestat_checks,
-        waits_submitted: u.waits_submitted,
-        wait_us: u.wait_us,
-        cancellations: u.cancellations,
-        resubmits: u.resubmits,
-        short_reads: u.short_reads,
-        sq_full: u.sq_full,
-        cq_overflows: u.cq_overflows,
-    }
-}
+mirror!(
+    uring_from_abi,
+    uring_to_abi,
+    UringStats,
+    UringCounters,
+    [
+        reads,
+        writes,
+        read_bytes,
+        write_bytes,
+        page_cache_hits,
+        page_cache_bytes,
+        nowait_misses,
+        cachestat_checks,
+        waits_submitted,
+        wait_us,
+        cancellations,
+        resubmits,
+        short_reads,
+        sq_full,
+        cq_overflows,
+    ]
+);
 
 /// CLOCK_MONOTONIC in ns (the clock of the lease slots).
 pub fn monotonic_ns() -> u64 {
