@@ -796,9 +796,19 @@ fn leases(report: &mut Report, f: &Arc<UringFile>) {
     );
 }
 
+/// Removes the benchmark's data file however the run ends (a panic included).
+struct RemoveOnDrop(std::path::PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 fn main() {
     let mut report = Report::new("uring");
     let path = disk_dir().join(format!("slotring-uring-bench-{}", std::process::id()));
+    let _cleanup = RemoveOnDrop(path.clone());
     let f = make_file(&path);
     let _ = f.file().as_raw_fd();
     let t0 = Instant::now();
@@ -808,7 +818,6 @@ fn main() {
     waits(&mut report, &f);
     disk(&mut report, &f);
     leases(&mut report, &f);
-    let _ = std::fs::remove_file(&path);
     eprintln!("uring suite took {:.1} s", t0.elapsed().as_secs_f64());
     report.finish().expect("write the report");
 }
