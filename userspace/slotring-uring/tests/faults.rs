@@ -17,6 +17,16 @@ fn engine(plan: &Arc<Mutex<Plan>>, cfg: &RingConfig) -> UringEngine {
     UringEngine::with_syscalls(cfg, Box::new(FaultSys(plan.clone()))).unwrap()
 }
 
+/// 1 MiB/s with a 1 ms burst: any read of real size waits behind a timeout SQE.
+fn slow_throttle() -> ThrottlePtr {
+    Arc::new(
+        Throttler::builder(1 << 20)
+            .burst(Duration::from_millis(1))
+            .build()
+            .unwrap(),
+    )
+}
+
 fn read_ok(e: &mut dyn IoEngine, tf: &TestFile, off: usize, len: usize, t: Option<&ThrottlePtr>) {
     let (r, buf) = e.read_at(&tf.file, vec![0; len], off as u64, t, NO_CAP);
     assert_eq!(r.unwrap(), len);
@@ -225,12 +235,7 @@ fn cq_overflow_is_survived_without_losing_completions() {
 #[test]
 fn cancelling_a_waiting_read_returns_the_buffer() {
     let tf = disk_file(1 << 20, 30);
-    let t: ThrottlePtr = Arc::new(
-        Throttler::builder(1 << 20)
-            .burst(Duration::from_millis(1))
-            .build()
-            .unwrap(),
-    );
+    let t: ThrottlePtr = slow_throttle();
     let mut e = UringEngine::new(&RingConfig::default()).unwrap();
     // 1 MiB at 1 MiB/s: a ~1 s timeout SQE in front of the read.
     let tk = e.submit_read(&tf.file, vec![7; 1 << 20], 0, Some(&t), NO_CAP);
@@ -246,12 +251,7 @@ fn cancelling_a_waiting_read_returns_the_buffer() {
 #[test]
 fn abandoned_requests_are_freed_at_their_last_cqe() {
     let tf = disk_file(1 << 20, 31);
-    let t: ThrottlePtr = Arc::new(
-        Throttler::builder(1 << 20)
-            .burst(Duration::from_millis(1))
-            .build()
-            .unwrap(),
-    );
+    let t: ThrottlePtr = slow_throttle();
     let mut e = UringEngine::new(&RingConfig::default()).unwrap();
     let a = e.submit_read(&tf.file, vec![0; 512 << 10], 0, Some(&t), NO_CAP);
     let b = e.submit_read(&tf.file, vec![0; 4096], 0, None, NO_CAP);
@@ -464,12 +464,7 @@ fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'st
 #[test]
 fn wait_on_an_abandoned_ticket_is_a_typed_error_not_a_hang() {
     let tf = disk_file(1 << 20, 40);
-    let t: ThrottlePtr = Arc::new(
-        Throttler::builder(1 << 20)
-            .burst(Duration::from_millis(1))
-            .build()
-            .unwrap(),
-    );
+    let t: ThrottlePtr = slow_throttle();
     let mut e = UringEngine::new(&RingConfig::default()).unwrap();
     // A read behind a ~250 ms linked wait, abandoned before it completes.
     let ticket = e.submit_read(&tf.file, vec![0; 256 << 10], 0, Some(&t), NO_CAP);
