@@ -10,7 +10,7 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("slots", ("slotring-slots", "slots")),
     ("uring", ("slotring-uring", "uring")),
     ("bpf", ("slotring-bpf", "bpf")),
-    ("e2e", ("slotring", "e2e")),
+    ("e2e", ("slotring-cli", "e2e")),
 ];
 
 /// `(package, integration test)` pairs run with `--cfg loom`.

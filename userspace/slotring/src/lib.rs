@@ -1,7 +1,8 @@
 //! # slotring
 //!
-//! The facade of the slotring workspace and the library behind the
-//! `slotring` command.
+//! The facade of the slotring workspace: what a storage service embeds. (The
+//! `slotring` command lives in the `slotring-cli` crate; nothing of it —
+//! clap, the workload, the report — reaches a service through this crate.)
 //!
 //! * Re-exports, each behind a feature of the same name (all default):
 //!   [`throttle`] (`slotring-throttle`: ClickHouse's `Throttler`, exact and
@@ -10,10 +11,13 @@
 //!   io_uring with page-cache detection and timeout-SQE waits), [`bpf`]
 //!   (`slotring-bpf`: the kernel proof that parked threads cost nothing, and
 //!   stats in pinned BPF maps).
-//! * With the `cli` feature: [`metrics`] (Prometheus families from counter
-//!   snapshots), [`http`] (the `/metrics` server), [`pinned`] (read the
-//!   pinned maps of any process), [`config`], [`workload`] (the `slotring
-//!   run` job), [`report`] and [`plot`].
+//! * [`snapshot`] (with `slots` and `uring`): plain snapshots of every
+//!   counter, what metrics and reports are built from.
+//! * [`pinned`] (with `bpf`): read the pinned maps of any process that
+//!   embeds slotring with probes.
+//! * [`metrics`] (feature `prometheus`, off by default): Prometheus families
+//!   from snapshots, and [`metrics::SlotringCollector`] to register into the
+//!   service's own `prometheus::Registry`.
 //!
 //! Embedding the three mechanisms in a storage service — a block-device
 //! read throttler, one query's CPU slot allocation, and the io_uring engine
@@ -72,17 +76,9 @@ pub use slotring_throttle as throttle;
 #[cfg(feature = "uring")]
 pub use slotring_uring as uring;
 
-#[cfg(feature = "cli")]
-pub mod config;
-#[cfg(feature = "cli")]
-pub mod http;
-#[cfg(feature = "cli")]
+#[cfg(feature = "prometheus")]
 pub mod metrics;
-#[cfg(feature = "cli")]
+#[cfg(feature = "bpf")]
 pub mod pinned;
-#[cfg(feature = "cli")]
-pub mod plot;
-#[cfg(feature = "cli")]
-pub mod report;
-#[cfg(feature = "cli")]
-pub mod workload;
+#[cfg(all(feature = "slots", feature = "uring"))]
+pub mod snapshot;

@@ -1,11 +1,13 @@
-//! Prometheus metric families built from plain counter snapshots.
+//! Prometheus metric families built from plain counter snapshots, and a
+//! [`SlotringCollector`] that a service registers into its own
+//! [`prometheus::Registry`].
 //!
-//! A [`Snapshot`] holds the `#[repr(C)]` counter structs of the other crates
-//! (one [`ThrottleCounters`] per named throttler, [`SlotsCounters`],
-//! [`UringCounters`]) and, when the kernel probes are attached, a
-//! [`KernelSnapshot`]. [`families`] turns it into Prometheus metric families
-//! (built with the `prometheus` crate's data model) and [`encode`] renders the
-//! text exposition format that `/metrics` serves. Names follow the Prometheus
+//! [`families`] turns a [`Snapshot`] into Prometheus metric families (built
+//! with the `prometheus` crate's data model) and [`encode`] renders the text
+//! exposition format that `/metrics` serves. [`SlotringCollector`] is the
+//! same families behind the `prometheus::core::Collector` trait, fed by any
+//! snapshot source: a closure over the service's own counter snapshots, or
+//! the pinned maps of a process ([`SlotringCollector::pinned`]). Names follow the Prometheus
 //! conventions: `_total` counters, base units (bytes, seconds), gauges
 //! without suffix.
 //!
@@ -19,76 +21,10 @@
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
-use slotring_slots::{SlotsCounters, UNLIMITED};
+use slotring_slots::UNLIMITED;
 use slotring_throttle::ThrottleCounters;
-use slotring_uring::UringCounters;
 
-/// Buckets of the kernel's exp2 histograms (`slotring_bpf::abi::HIST_SLOTS`).
-pub const HIST_BUCKETS: usize = 40;
-
-/// One named throttler's counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct NamedThrottler {
-    /// The throttler's name (the `throttler` label).
-    pub name: String,
-    /// Its counters.
-    pub counters: ThrottleCounters,
-}
-
-/// What the kernel probes measured, summed over the traced threads.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KernelSnapshot {
-    /// Threads registered with the probes (live or exited).
-    pub threads: u64,
-    /// Threads whose lease is parked right now.
-    pub leases_parked: u64,
-    /// Parks seen by the lease mirror.
-    pub parks: u64,
-    /// Wall ns with a lease parked (from the threads' lease clocks).
-    pub parked_ns: u64,
-    /// On-CPU ns while parked (exact, from the kernel's per-task counters).
-    pub parked_oncpu_ns: u64,
-    /// Run-queue ns while parked.
-    pub parked_runq_ns: u64,
-    /// On-CPU ns while holding a running (unparked) lease.
-    pub running_oncpu_ns: u64,
-    /// Context-switch events BPF never saw (time stays exact).
-    pub missed_events: u64,
-    /// exp2 histogram (ns) of on-CPU time per parked episode.
-    pub hist_park_cpu: [u64; HIST_BUCKETS],
-    /// exp2 histogram (ns) of run-queue latency at unpark.
-    pub hist_unpark_rq: [u64; HIST_BUCKETS],
-}
-
-impl Default for KernelSnapshot {
-    fn default() -> Self {
-        Self {
-            threads: 0,
-            leases_parked: 0,
-            parks: 0,
-            parked_ns: 0,
-            parked_oncpu_ns: 0,
-            parked_runq_ns: 0,
-            running_oncpu_ns: 0,
-            missed_events: 0,
-            hist_park_cpu: [0; HIST_BUCKETS],
-            hist_unpark_rq: [0; HIST_BUCKETS],
-        }
-    }
-}
-
-/// Everything `/metrics` shows, as plain numbers.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Snapshot {
-    /// Named throttlers.
-    pub throttlers: Vec<NamedThrottler>,
-    /// The CPU slot budget's counters.
-    pub slots: SlotsCounters,
-    /// The IO engines' counters (summed over engines).
-    pub uring: UringCounters,
-    /// Kernel measurements; `None` when the probes are not attached.
-    pub kernel: Option<KernelSnapshot>,
-}
+use crate::snapshot::{HIST_BUCKETS, Snapshot};
 
 fn family(name: &str, help: &str, t: MetricType, metrics: Vec<Metric>) -> MetricFamily {
     let mut f = MetricFamily::default();
@@ -469,9 +405,132 @@ pub fn encode(s: &Snapshot) -> String {
         .expect("every family has a name and at least one metric")
 }
 
+/// A `prometheus` [`Collector`](prometheus::core::Collector) of slotring's
+/// metrics, for a service's own [`prometheus::Registry`] (the way a Rust
+/// service exports a library's metrics, like the process collector).
+///
+/// Each scrape takes one [`Snapshot`] from the source and returns
+/// [`families`] of it. The `slotring` command's `run` and `exporter` serve
+/// exactly this collector.
+///
+/// ```
+/// use slotring::metrics::SlotringCollector;
+/// use slotring::snapshot::Snapshot;
+///
+/// let registry = prometheus::Registry::new();
+/// registry.register(Box::new(SlotringCollector::new(Snapshot::default)))?;
+/// let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather())?;
+/// assert!(text.contains("slotring_probes_attached 0"));
+/// # Ok::<(), prometheus::Error>(())
+/// ```
+pub struct SlotringCollector {
+    source: Source,
+    descs: Vec<prometheus::core::Desc>,
+}
+
+enum Source {
+    /// The service's own snapshots.
+    Live(Box<dyn Fn() -> Snapshot + Send + Sync>),
+    /// Another process's pinned maps.
+    #[cfg(feature = "bpf")]
+    Pinned(crate::pinned::PinnedMaps),
+}
+
+/// The gauge a pinned-map collector adds: whether the maps could be read.
+#[cfg(feature = "bpf")]
+const PINNED_UP: (&str, &str) = (
+    "slotring_exporter_up",
+    "1 when the pinned maps could be read.",
+);
+
+impl std::fmt::Debug for SlotringCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotringCollector")
+            .field("families", &self.descs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SlotringCollector {
+    /// Collect from `snapshot`, called once per scrape.
+    pub fn new(snapshot: impl Fn() -> Snapshot + Send + Sync + 'static) -> Self {
+        Self {
+            source: Source::Live(Box::new(snapshot)),
+            descs: every_desc(&[]),
+        }
+    }
+
+    /// Collect from the maps pinned under `maps`' directory by any process
+    /// that embeds slotring with probes. Every scrape also reports
+    /// `slotring_exporter_up` (0, and no other family, when the maps cannot
+    /// be read).
+    #[cfg(feature = "bpf")]
+    pub fn pinned(maps: crate::pinned::PinnedMaps) -> Self {
+        Self {
+            source: Source::Pinned(maps),
+            descs: every_desc(&[PINNED_UP]),
+        }
+    }
+}
+
+/// The descriptor of every family any snapshot can produce (a snapshot with
+/// one throttler and the kernel part has them all), so that the registry can
+/// reject a name clash with the service's own metrics at registration.
+fn every_desc(gauges: &[(&str, &str)]) -> Vec<prometheus::core::Desc> {
+    let full = Snapshot {
+        throttlers: vec![crate::snapshot::NamedThrottler::default()],
+        kernel: Some(crate::snapshot::KernelSnapshot::default()),
+        ..Snapshot::default()
+    };
+    let mut all = families(&full);
+    all.extend(gauges.iter().map(|(name, help)| gauge(name, help, 0.0)));
+    all.iter()
+        .map(|f| {
+            let labels = f
+                .get_metric()
+                .first()
+                .map(|m| m.get_label().iter().map(|l| l.name().to_owned()).collect())
+                .unwrap_or_default();
+            prometheus::core::Desc::new(
+                f.name().to_owned(),
+                f.help().to_owned(),
+                labels,
+                std::collections::HashMap::new(),
+            )
+            .expect("every family name and help is valid")
+        })
+        .collect()
+}
+
+impl prometheus::core::Collector for SlotringCollector {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.descs.iter().collect()
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        match &self.source {
+            Source::Live(snapshot) => families(&snapshot()),
+            #[cfg(feature = "bpf")]
+            Source::Pinned(maps) => {
+                let (name, help) = PINNED_UP;
+                match maps.snapshot() {
+                    Ok(s) => {
+                        let mut f = families(&s);
+                        f.push(gauge(name, help, 1.0));
+                        f
+                    }
+                    Err(_) => vec![gauge(name, help, 0.0)],
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::{KernelSnapshot, NamedThrottler};
+    use slotring_slots::SlotsCounters;
 
     #[test]
     fn exp2_buckets_are_cumulative_and_complete() {

@@ -18,7 +18,7 @@ use slotring_slots::SlotsCounters;
 use slotring_throttle::{LeaseState, ThrottleCounters};
 use slotring_uring::UringCounters;
 
-use crate::metrics::{HIST_BUCKETS, KernelSnapshot, NamedThrottler, Snapshot};
+use crate::snapshot::{HIST_BUCKETS, KernelSnapshot, NamedThrottler, Snapshot};
 
 /// The default pin directory of `slotring-bpf`.
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/slotring";

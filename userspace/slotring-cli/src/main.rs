@@ -24,11 +24,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use nix::sys::signal::{SigSet, Signal};
-use slotring::config::{ConfigError, Layers, Origin, SETTINGS, option_name, parse_duration};
-use slotring::http::{DEFAULT_LISTEN, MetricsServer};
-use slotring::metrics::{KernelSnapshot, Snapshot};
+use slotring::metrics::SlotringCollector;
 use slotring::pinned::{DEFAULT_PIN_DIR, PinnedError, PinnedMaps, ThreadState};
-use slotring::workload::{RunOptions, run};
+use slotring::snapshot::{KernelSnapshot, Snapshot};
+use slotring_cli::config::{ConfigError, Layers, Origin, SETTINGS, option_name, parse_duration};
+use slotring_cli::http::{DEFAULT_LISTEN, MetricsServer, render_registry};
+use slotring_cli::workload::{RunOptions, run};
 
 const EXIT_ERROR: u8 = 1;
 const EXIT_USAGE: u8 = 2;
@@ -295,7 +296,7 @@ fn cmd_run(m: &ArgMatches, stop: Arc<AtomicBool>) -> Result<u8> {
         Err(e) => return Err(e.into()),
     };
     if let Some(path) = m.get_one::<PathBuf>("plot") {
-        std::fs::write(path, slotring::plot::svg(&report))
+        std::fs::write(path, slotring_cli::plot::svg(&report))
             .with_context(|| format!("writing the plot to {}", path.display()))?;
         eprintln!("slotring: plot written to {}", path.display());
     }
@@ -454,17 +455,13 @@ fn cmd_exporter(m: &ArgMatches, stop: Arc<AtomicBool>) -> Result<u8> {
     if let Err(e) = maps.slots() {
         eprintln!("slotring exporter: {e}; serving what becomes available");
     }
-    let render = move || match maps.snapshot() {
-        Ok(s) => slotring::metrics::encode(&s),
-        Err(e) => {
-            // Only the exporter's own liveness: the scrape still succeeds.
-            format!(
-                "# HELP slotring_exporter_up 1 when the pinned maps could be read.\n# TYPE slotring_exporter_up gauge\nslotring_exporter_up 0\n# {}\n",
-                e.to_string().replace('\n', " ")
-            )
-        }
-    };
-    let srv = MetricsServer::start(listen, m.get_flag("allow_remote"), Arc::new(render))?;
+    let registry = prometheus::Registry::new();
+    registry.register(Box::new(SlotringCollector::pinned(maps)))?;
+    let srv = MetricsServer::start(
+        listen,
+        m.get_flag("allow_remote"),
+        render_registry(registry),
+    )?;
     eprintln!(
         "slotring exporter: serving {} on http://{}/metrics",
         dir.display(),

@@ -15,7 +15,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
-use slotring_slots::Scheduler;
+use slotring::slots::Scheduler;
 
 /// A bad setting or config file.
 #[derive(Debug, thiserror::Error)]

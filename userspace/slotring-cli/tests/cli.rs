@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use slotring::http::http_get;
+use slotring_cli::http::http_get;
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_slotring")

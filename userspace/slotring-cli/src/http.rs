@@ -38,6 +38,16 @@ pub enum ServeError {
 /// Renders the body of `/metrics` on each scrape.
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
+/// Render `/metrics` from a registry holding slotring's collector (and
+/// whatever else the caller registered).
+pub fn render_registry(registry: prometheus::Registry) -> Render {
+    Arc::new(move || {
+        prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("every family has a name and at least one metric")
+    })
+}
+
 /// A running `/metrics` server; stops when dropped.
 pub struct MetricsServer {
     addr: SocketAddr,

@@ -29,21 +29,22 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use slotring_bpf::{
+use slotring::bpf::{
     AttachMode, BpfConfig, ProbeStatus, SlotringBpf, ThrottleStats, Verdict, VerifyConfig,
 };
-use slotring_slots::{Allocation, ConcurrencyControl, SlotsError};
-use slotring_throttle::{ThrottlePtr, Throttler};
-use slotring_uring::{IoEngine, PreadEngine, RingConfig, UringCounters, UringEngine, UringFile};
+use slotring::slots::{Allocation, ConcurrencyControl, SlotsError};
+use slotring::throttle::{ThrottlePtr, Throttler};
+use slotring::uring::{IoEngine, PreadEngine, RingConfig, UringCounters, UringEngine, UringFile};
 
 use crate::config::{EngineKind, RunConfig};
-use crate::http::MetricsServer;
-use crate::metrics::{NamedThrottler, Snapshot};
-use crate::pinned::{self, ThreadState};
+use crate::http::{MetricsServer, render_registry};
 use crate::report::{
     DataFile, FailingThread, FairnessReport, IoReport, KernelReport, ProcessReport, QueryReport,
     Report, SlotsReport, ThrottlerReport, Timeline, jain,
 };
+use slotring::metrics::SlotringCollector;
+use slotring::pinned::{self, ThreadState};
+use slotring::snapshot::{NamedThrottler, Snapshot};
 
 /// What can stop `slotring run`.
 #[derive(Debug, thiserror::Error)]
@@ -561,7 +562,7 @@ fn kernel_report(bpf: Option<&SlotringBpf>, probes_wanted: bool) -> KernelOutcom
     KernelOutcome { report: r }
 }
 
-fn kernel_snapshot(bpf: &SlotringBpf) -> Option<crate::metrics::KernelSnapshot> {
+fn kernel_snapshot(bpf: &SlotringBpf) -> Option<slotring::snapshot::KernelSnapshot> {
     if !bpf.is_attached() {
         return None;
     }
@@ -633,7 +634,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         keep: cfg.keep,
     };
 
-    let setup = |e: slotring_throttle::ThrottleError| RunError::Setup(e.to_string());
+    let setup = |e: slotring::throttle::ThrottleError| RunError::Setup(e.to_string());
     let read = Arc::new(
         Throttler::builder(cfg.max_local_read_bandwidth)
             .name("local_read")
@@ -672,7 +673,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
                 SlotringBpf::degraded(e)
             }
         };
-        slotring_bpf::install_observer();
+        slotring::bpf::install_observer();
         Some(b)
     } else {
         None
@@ -732,11 +733,11 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let server = match cfg.listen {
         Some(addr) => {
             let s = snapshot.clone();
-            match MetricsServer::start(
-                addr,
-                opts.allow_remote,
-                Arc::new(move || crate::metrics::encode(&lock(&s))),
-            ) {
+            let registry = prometheus::Registry::new();
+            registry
+                .register(Box::new(SlotringCollector::new(move || lock(&s).clone())))
+                .expect("a fresh registry has no clashing names");
+            match MetricsServer::start(addr, opts.allow_remote, render_registry(registry)) {
                 Ok(srv) => {
                     // The bound address (`--listen 127.0.0.1:0` picks a port).
                     eprintln!(
