@@ -4,11 +4,17 @@ use std::io;
 
 use slotring_throttle::ThrottleError;
 
+use crate::policy::Op;
+
 /// What can go wrong in the engines. Being throttled is not an error.
+///
+/// Each message says what failed and with which value; the kernel's answer
+/// is the `source` (printed once by `{:#}` or an error-chain reporter, never
+/// formatted into the message as well).
 #[derive(Debug, thiserror::Error)]
 pub enum UringError {
     /// io_uring cannot be used here; `cause` names why (use [`crate::PreadEngine`]).
-    #[error("io_uring is unavailable: {cause}: {source}")]
+    #[error("io_uring is unavailable: {cause}")]
     Unavailable {
         /// Why (`io_uring_disabled` sysctl, seccomp/LSM `EPERM`, old kernel, …).
         cause: String,
@@ -20,10 +26,10 @@ pub enum UringError {
     #[error("request cancelled")]
     Cancelled,
     /// A read or write failed.
-    #[error("{op} of {len} bytes at offset {offset} failed: {source}")]
+    #[error("{op} of {len} bytes at offset {offset} failed")]
     Io {
-        /// `"read"` or `"write"`.
-        op: &'static str,
+        /// Which operation.
+        op: Op,
         /// File offset of the failing piece.
         offset: u64,
         /// Bytes asked for.
@@ -32,7 +38,7 @@ pub enum UringError {
         source: io::Error,
     },
     /// A ring syscall (`io_uring_enter`, `io_uring_register`) failed.
-    #[error("{what} failed: {source}")]
+    #[error("{what} failed")]
     Ring {
         /// Which call.
         what: &'static str,
