@@ -200,16 +200,19 @@ mod tests {
         Arc::new(ManualClock::new(T0))
     }
 
-    /// A throttler of `rate` tokens/s with a 1 s burst on `c`.
-    fn throttler(rate: u64, block_device: bool, c: &Arc<ManualClock>) -> Arc<Throttler> {
+    /// A block-device limit of `rate` tokens/s with a 1 s burst on `c`.
+    fn disk(rate: u64, c: &Arc<ManualClock>) -> Arc<Throttler> {
         let clock: Arc<dyn Clock> = c.clone();
-        Arc::new(
-            Throttler::builder(rate)
-                .clock(clock)
-                .limits_block_device_bandwidth(block_device)
-                .build()
-                .unwrap(),
-        )
+        let t = Throttler::builder(rate)
+            .clock(clock)
+            .limits_block_device_bandwidth(true);
+        Arc::new(t.build().unwrap())
+    }
+
+    /// Any other limit of `rate` tokens/s with a 1 s burst on `c`.
+    fn user(rate: u64, c: &Arc<ManualClock>) -> Arc<Throttler> {
+        let clock: Arc<dyn Clock> = c.clone();
+        Arc::new(Throttler::builder(rate).clock(clock).build().unwrap())
     }
 
     fn file() -> Arc<UringFile> {
@@ -219,8 +222,8 @@ mod tests {
     #[test]
     fn only_buffered_reads_charged_to_a_block_device_are_probed() {
         let c = clock();
-        let disk: ThrottlePtr = throttler(1000, true, &c);
-        let user: ThrottlePtr = throttler(1000, false, &c);
+        let disk: ThrottlePtr = disk(1000, &c);
+        let user: ThrottlePtr = user(1000, &c);
         let f = file();
         let on = Policy::default();
         assert_eq!(on.route(Op::Read, &f, Some(&disk)), Route::Probe);
@@ -237,7 +240,7 @@ mod tests {
     #[test]
     fn what_a_file_taught_us_routes_its_reads() {
         let c = clock();
-        let disk: ThrottlePtr = throttler(1000, true, &c);
+        let disk: ThrottlePtr = disk(1000, &c);
         let f = file();
         f.set_nowait_mode(after_nowait_unsupported(Ok(true)));
         assert_eq!(
@@ -259,7 +262,7 @@ mod tests {
     #[test]
     fn the_guard_engages_when_a_block_device_bucket_cannot_cover_the_bytes() {
         let c = clock();
-        let disk = throttler(1000, true, &c);
+        let disk = disk(1000, &c);
         let tokens = u64::try_from(disk.tokens_nano() / NANO_PER_TOKEN).unwrap();
         assert!(tokens > 0, "a fresh bucket holds its burst");
         let chain: ThrottlePtr = disk.clone();
@@ -277,7 +280,7 @@ mod tests {
             .unwrap();
         assert!(on.guard_engaged(Some(&chain), 1));
         // Only block-device limits count.
-        let user: ThrottlePtr = throttler(1000, false, &c);
+        let user: ThrottlePtr = user(1000, &c);
         user.reserve(2 * tokens, UNLIMITED_BLOCK, 0, Source::Device)
             .unwrap();
         assert!(!on.guard_engaged(Some(&user), 1));
@@ -313,7 +316,7 @@ mod tests {
     #[test]
     fn booking_skips_the_block_device_for_page_cache_bytes_only() {
         let c = clock();
-        let disk = throttler(1000, true, &c);
+        let disk = disk(1000, &c);
         let chain: ThrottlePtr = disk.clone();
         assert_eq!(book(None, 10, Source::Device, UNLIMITED_BLOCK, 7), Ok(7));
         assert_eq!(
