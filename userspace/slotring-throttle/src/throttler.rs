@@ -28,6 +28,18 @@ pub struct Reservation {
     pub blocked: bool,
 }
 
+/// Where the bytes charged by [`Throttle::reserve`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Read from or written to the device (or possibly so): every throttler
+    /// charges them.
+    Device,
+    /// Copied from the OS page cache: a throttler that limits a block device
+    /// skips them (and counts them as page-cache bytes); its parents and
+    /// every other throttler charge them.
+    PageCache,
+}
+
 /// ClickHouse's `IThrottler`.
 pub trait Throttle: Send + Sync + Debug {
     /// Charge `amount` tokens here and in every ancestor, waiting where a
@@ -52,7 +64,7 @@ pub trait Throttle: Send + Sync + Debug {
         false
     }
 
-    /// Charge like [`Throttle::throttle`] (or, with `page_cache`, like
+    /// Charge like [`Throttle::throttle`] (or, for [`Source::PageCache`], like
     /// [`Throttle::throttle_page_cache_read`]) but *do not wait*: return the
     /// total delay instead. `after_ns` is the delay already booked by levels
     /// below; this level is charged at `now + after_ns`, exactly as if the
@@ -63,7 +75,7 @@ pub trait Throttle: Send + Sync + Debug {
         amount: u64,
         max_block: Duration,
         after_ns: u64,
-        page_cache: bool,
+        source: Source,
     ) -> Result<Reservation, ThrottleError>;
 
     /// Call `f` on every [`Throttler`] in this chain (for statistics export).
@@ -408,10 +420,10 @@ impl Throttle for Throttler {
         amount: u64,
         max_block: Duration,
         after_ns: u64,
-        page_cache: bool,
+        source: Source,
     ) -> Result<Reservation, ThrottleError> {
         let mut wait_ns = 0;
-        if page_cache && self.block_device {
+        if source == Source::PageCache && self.block_device {
             self.live
                 .page_cache_amount
                 .fetch_add(amount, Ordering::Relaxed);
@@ -428,7 +440,7 @@ impl Throttle for Throttler {
         };
         match &self.parent {
             Some(p) => {
-                let up = p.reserve(amount, max_block, here.delay_ns, page_cache)?;
+                let up = p.reserve(amount, max_block, here.delay_ns, source)?;
                 Ok(Reservation {
                     delay_ns: up.delay_ns,
                     blocked: here.blocked || up.blocked,
@@ -496,14 +508,14 @@ impl Throttle for ThrottlerArray {
         amount: u64,
         max_block: Duration,
         after_ns: u64,
-        page_cache: bool,
+        source: Source,
     ) -> Result<Reservation, ThrottleError> {
         let mut acc = Reservation {
             delay_ns: after_ns,
             blocked: false,
         };
         for t in &self.members {
-            let r = t.reserve(amount, max_block, acc.delay_ns, page_cache)?;
+            let r = t.reserve(amount, max_block, acc.delay_ns, source)?;
             acc = Reservation {
                 delay_ns: r.delay_ns,
                 blocked: acc.blocked || r.blocked,

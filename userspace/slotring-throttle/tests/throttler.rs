@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use slotring_throttle::{
-    Clock, ManualClock, NANO_PER_TOKEN, Throttle, ThrottleError, ThrottlePtr, Throttler,
+    Clock, ManualClock, NANO_PER_TOKEN, Source, Throttle, ThrottleError, ThrottlePtr, Throttler,
     ThrottlerArray, UNLIMITED_BLOCK, add_throttler,
 };
 
@@ -392,7 +392,9 @@ fn reserve_books_the_whole_chain_without_waiting() {
         .build()
         .unwrap();
     server.throttle(50, Duration::ZERO).unwrap();
-    let r = query.reserve(150, UNLIMITED_BLOCK, 0, false).unwrap();
+    let r = query
+        .reserve(150, UNLIMITED_BLOCK, 0, Source::Device)
+        .unwrap();
     assert!(r.blocked);
     assert_eq!(
         r.delay_ns,
@@ -407,7 +409,9 @@ fn reserve_books_the_whole_chain_without_waiting() {
         .limits_block_device_bandwidth(true)
         .build()
         .unwrap();
-    let r = disk.reserve(5, UNLIMITED_BLOCK, 0, true).unwrap();
+    let r = disk
+        .reserve(5, UNLIMITED_BLOCK, 0, Source::PageCache)
+        .unwrap();
     assert_eq!(disk.count(), 0);
     assert!(r.delay_ns > 0, "the server is in debt");
 }

@@ -4,33 +4,48 @@
 //!
 //! # How a read is charged
 //!
-//! * **No throttler cares about page-cache reads** (or the file is
-//!   `O_DIRECT`): the whole chain is charged *before* the IO with
-//!   [`Throttle::reserve`], which returns the sum of every level's wait (a
-//!   parent is charged at the time its child's wait would end, an array
-//!   member at the time the previous member's wait would end, so each keeps
-//!   its own rate). That delay becomes **one** absolute `IORING_OP_TIMEOUT`
-//!   linked to the read (`IOSQE_IO_LINK` + `IORING_TIMEOUT_ETIME_SUCCESS`:
-//!   expiry continues the chain like a hard link, a cancel breaks it); the
-//!   kernel issues the read at the deadline. A request submitted with
-//!   `stage_waits` (the blocking `read_at`/`write_at`) keeps the booked
-//!   wait staged instead, and the front end queues it with
-//!   [`Core::release_staged`]: linked as above, or standalone with the IO
-//!   held back until the timeout's CQE, so that a thread that parked its
-//!   CPU lease for the wait has unparked before the kernel copies data on
-//!   it (the IO then goes out with the next `io_uring_enter`).
-//! * **Detection on**: the read is first submitted with `RWF_NOWAIT` (never
-//!   with `IOSQE_ASYNC`, which defeats it). A full result is a page-cache hit,
-//!   charged with `page_cache = true` after the fact (a block-device level
-//!   skips it, its parents charge it; a resulting wait is a standalone timeout
-//!   before the request completes). `-EAGAIN` or a short result charges what
-//!   remains as a disk read and queues timeout + plain read, which go out
-//!   with the next `io_uring_enter` the driver makes anyway.
-//! * **Guard** (the block device's instantaneous rate): a NOWAIT miss starts
-//!   its disk read at once, uncharged. So while a block-device bucket in the
-//!   chain holds fewer tokens than this read plus every probe already in
-//!   flight, the engine does not probe: it asks `cachestat(2)` (no side
-//!   effect) and, unless the range is fully cached, charges before any IO.
+//! What is charged is the policy of `policy.rs`, shared with the `pread`
+//! engine; this module decides only how the ring carries it out.
+//!
+//! * **[`Route::Device`]** (no throttler skips page-cache reads, a write,
+//!   `O_DIRECT`, a disk filesystem without `RWF_NOWAIT`): the whole chain is
+//!   charged *before* the IO with [`Throttle::reserve`], which returns the
+//!   sum of every level's wait (a parent is charged at the time its child's
+//!   wait would end, an array member at the time the previous member's wait
+//!   would end, so each keeps its own rate). That delay becomes **one**
+//!   absolute `IORING_OP_TIMEOUT` linked to the read (`IOSQE_IO_LINK` +
+//!   `IORING_TIMEOUT_ETIME_SUCCESS`: expiry continues the chain like a hard
+//!   link, a cancel breaks it); the kernel issues the read at the deadline.
+//!   A request submitted with [`PreIoWait::Staged`] (the blocking
+//!   `read_at`/`write_at`) keeps the booked wait staged instead, and the
+//!   front end queues it with [`Core::release_staged`]: linked as above, or
+//!   standalone with the IO held back until the timeout's CQE, so that a
+//!   thread that parked its CPU lease for the wait has unparked before the
+//!   kernel copies data on it (the IO then goes out with the next
+//!   `io_uring_enter`).
+//! * **[`Route::Probe`]**: the read is first submitted with `RWF_NOWAIT`
+//!   (never with `IOSQE_ASYNC`, which defeats it). A full result is a
+//!   page-cache hit, charged as [`Source::PageCache`] after the fact (a
+//!   block-device level skips it, its parents charge it; a resulting wait is
+//!   a standalone timeout before the request completes). `-EAGAIN` or a
+//!   short result charges what remains as a device read and queues timeout +
+//!   plain read, which go out with the next `io_uring_enter` the driver
+//!   makes anyway.
+//! * **Guard** (the block device's instantaneous rate): while
+//!   [`Policy::guard_engaged`] for this read plus every probe already in
+//!   flight, the engine does not probe: it asks `cachestat(2)` and routes
+//!   the read by its answer, charging before any IO.
+//!
+//! # A request's lifecycle
+//!
+//! Each request is a [`Lifecycle`] (what the ring is doing for it, each
+//! state holding exactly what is valid in it: the SQE in flight, the
+//! deadline of its timeout, the error a failed link will report, the
+//! result) and an [`Owner`] (who collects it, tokio-uring's `Waiting` /
+//! `Ignored`). A request whose owner is gone keeps its buffer until the last
+//! CQE of its chain and is freed then.
+//!
+//! [`Throttle::reserve`]: slotring_throttle::Throttle::reserve
 
 use std::collections::VecDeque;
 use std::io;
@@ -38,82 +53,155 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
 
-use slotring_throttle::{NANO_PER_TOKEN, ThrottlePtr};
+use slotring_throttle::{Source, ThrottlePtr};
 
 use crate::counters::UringCounters;
 use crate::error::UringError;
-use crate::file::{NowaitMode, UringFile};
-use crate::sys::{Cqe, IoSqe, Ring, SetupParams, SlotId, Syscalls, Tag, monotonic_now_ns};
+use crate::file::UringFile;
+use crate::policy::{self, Op, Policy, Route};
+use crate::sys::{Cqe, IoKind, IoSqe, Ring, SetupParams, SlotId, Syscalls, Tag, monotonic_now_ns};
 
 /// Largest single SQE transfer we issue.
 const MAX_IO: usize = 1 << 30;
 
-/// Engine policy switches.
+/// How a throttle wait booked before a request's IO goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Policy {
-    /// Detect page-cache hits with `RWF_NOWAIT` when a throttler cares.
-    pub detect_page_cache: bool,
-    /// Bound the block device's instantaneous rate (cachestat instead of a
-    /// NOWAIT probe while the block-device bucket cannot cover the probes).
-    pub disk_rate_guard: bool,
+pub(crate) enum PreIoWait {
+    /// Linked to the IO at once: the kernel issues the IO at the deadline.
+    Linked,
+    /// Staged for the front end, which queues it with
+    /// [`Core::release_staged`] (the blocking `read_at`/`write_at`, which
+    /// may park a CPU lease for the wait).
+    Staged,
 }
 
-impl Default for Policy {
-    fn default() -> Self {
-        Self {
-            detect_page_cache: true,
-            disk_rate_guard: true,
+/// How [`Core::release_staged`] queues a staged wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Release {
+    /// As one chain with its IO (the kernel issues the IO at the deadline,
+    /// inside whatever `io_uring_enter` is waiting then).
+    Linked,
+    /// As a standalone timeout; the IO is held back until the timeout's CQE
+    /// and goes out with the *next* `io_uring_enter`.
+    Standalone,
+}
+
+/// What is still owed on the IO's bytes when it completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Charge {
+    /// Charged before the IO (or nothing to charge).
+    Booked,
+    /// Known to be served from memory: charge the bytes as page cache when
+    /// the IO completes.
+    PageCacheOnCompletion,
+}
+
+/// Where a request is in the ring. Each state holds exactly what is valid
+/// in it; what is in flight follows from the state.
+#[derive(Debug)]
+enum Lifecycle {
+    /// Being started: nothing queued yet.
+    Starting,
+    /// A pre-IO wait is booked but not queued ([`PreIoWait::Staged`]).
+    Staged {
+        /// Absolute `CLOCK_MONOTONIC` deadline of the wait.
+        deadline_ns: u64,
+        /// The IO it delays.
+        io: IoSqe,
+    },
+    /// A `RWF_NOWAIT` probe is in flight; its bytes count among the probes
+    /// in flight ([`Core::probe_bytes`]).
+    Probing {
+        /// The probe.
+        io: IoSqe,
+    },
+    /// A timeout heading a chain and the IO linked behind it are in flight.
+    Linked {
+        /// The IO.
+        io: IoSqe,
+        /// The timeout's deadline.
+        deadline_ns: u64,
+    },
+    /// A standalone timeout is in flight; its IO is queued at its CQE.
+    Held {
+        /// The IO held back.
+        io: IoSqe,
+        /// The timeout's deadline.
+        deadline_ns: u64,
+    },
+    /// The IO is in flight, nothing in front of it.
+    Io {
+        /// The IO.
+        io: IoSqe,
+        /// What is owed when it completes.
+        charge: Charge,
+    },
+    /// The IO is in flight, but the timeout heading its chain failed (not
+    /// `ETIME`, no cancel asked): the kernel fails the IO with `-ECANCELED`,
+    /// and the request reports the timeout's error.
+    WaitFailed {
+        /// The IO.
+        io: IoSqe,
+        /// The timeout's errno.
+        errno: i32,
+    },
+    /// The linked IO completed `-ECANCELED`, uncancelled by us, before its
+    /// timeout's CQE: that CQE decides how the request ends.
+    WaitDecides,
+    /// The IO is done; a standalone timeout for its page-cache charge is in
+    /// flight.
+    PostWait {
+        /// The timeout's deadline.
+        deadline_ns: u64,
+    },
+    /// Finished. CQEs of its chain may still be owed; it is collectable (or,
+    /// ignored, freed) only once they are in.
+    Completed(Result<usize, UringError>),
+}
+
+/// Who collects a request.
+#[derive(Debug)]
+enum Owner {
+    /// The submitter, woken through the waker (if it left one) when the
+    /// request can be collected.
+    Waiting(Option<Waker>),
+    /// The submitter, who asked the kernel to cancel the request; it still
+    /// collects it.
+    Cancelling(Option<Waker>),
+    /// Nobody (a dropped future, an abandoned ticket): the request ends as a
+    /// cancellation and is freed at the last CQE of its chain.
+    Ignored,
+}
+
+impl Owner {
+    fn cancel_requested(&self) -> bool {
+        !matches!(self, Owner::Waiting(_))
+    }
+
+    fn waker(&mut self) -> Option<&mut Option<Waker>> {
+        match self {
+            Owner::Waiting(w) | Owner::Cancelling(w) => Some(w),
+            Owner::Ignored => None,
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    Probe,
-    Io,
-    PostWait,
-    Done,
-}
-
 /// Per-request state.
 pub(crate) struct Req {
-    write: bool,
+    op: Op,
     file: Arc<UringFile>,
     offset: u64,
     len: usize,
+    /// Bytes transferred so far.
     done: usize,
     throttle: Option<ThrottlePtr>,
     max_block: Duration,
-    phase: Phase,
-    /// The read went out without NOWAIT but is known to be served from
-    /// memory: charge it as a page-cache read when it completes.
-    hit_known: bool,
-    last_io: Option<IoSqe>,
-    probe_bytes: u64,
-    wait_in_flight: bool,
-    io_in_flight: bool,
-    post_in_flight: bool,
-    cancel_requested: bool,
-    /// Nobody will collect the result: release at the last CQE.
-    orphan: bool,
-    result: Option<Result<usize, UringError>>,
-    waker: Option<Waker>,
-    /// Absolute CLOCK_MONOTONIC deadline of the last wait booked.
-    pub(crate) deadline_ns: Option<u64>,
-    /// Pre-IO waits are staged for the front end to queue
-    /// ([`Core::release_staged`]) instead of being linked at once.
-    stage_waits: bool,
-    /// A booked pre-IO wait (deadline) and the IO it delays, not queued yet.
-    staged: Option<(u64, IoSqe)>,
-    /// The IO behind a standalone pre-IO wait in flight: queued when the
-    /// wait's CQE arrives.
-    held_io: Option<IoSqe>,
-    /// A linked wait failed with this errno (not `ETIME`, no cancel asked):
-    /// the kernel cancels its IO, and the request reports this error.
-    link_wait_errno: Option<i32>,
-    /// The linked IO completed `-ECANCELED`, uncancelled by us, before its
-    /// wait's CQE: that CQE decides how the request ends.
-    link_io_cancelled: bool,
+    pre_io_wait: PreIoWait,
+    /// Absolute `CLOCK_MONOTONIC` deadline of the last wait booked,
+    /// reported with the result.
+    deadline_ns: Option<u64>,
+    owner: Owner,
+    state: Lifecycle,
 }
 
 /// A collected request: result, buffer, last booked deadline.
@@ -121,33 +209,31 @@ pub(crate) type Taken = (Result<usize, UringError>, Vec<u8>, Option<u64>);
 
 /// A request to start.
 pub(crate) struct Submit {
-    pub(crate) write: bool,
-    pub(crate) file: Arc<UringFile>,
-    pub(crate) offset: u64,
-    pub(crate) throttle: Option<ThrottlePtr>,
-    pub(crate) max_block: Duration,
-    /// Stage pre-IO waits for [`Core::release_staged`] (the blocking
-    /// front end's `read_at`/`write_at`, which may park a CPU lease).
-    pub(crate) stage_waits: bool,
+    op: Op,
+    file: Arc<UringFile>,
+    offset: u64,
+    throttle: Option<ThrottlePtr>,
+    max_block: Duration,
+    pre_io_wait: PreIoWait,
 }
 
 impl Submit {
-    /// A request for `file` at `offset`, charged to `throttle`.
+    /// An `op` on `file` at `offset`, charged to `throttle`.
     pub(crate) fn new(
-        write: bool,
+        op: Op,
         file: &Arc<UringFile>,
         offset: u64,
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
-        stage_waits: bool,
+        pre_io_wait: PreIoWait,
     ) -> Self {
         Self {
-            write,
+            op,
             file: file.clone(),
             offset,
             throttle: throttle.cloned(),
             max_block,
-            stage_waits,
+            pre_io_wait,
         }
     }
 }
@@ -157,9 +243,17 @@ pub(crate) struct Core {
     ring: Ring<Req>,
     policy: Policy,
     counters: UringCounters,
+    /// Bytes of the `RWF_NOWAIT` probes in flight (every [`Lifecycle::Probing`]).
     probe_bytes: u64,
     cqes: Vec<Cqe>,
     pub(crate) completed: VecDeque<SlotId>,
+}
+
+fn sq_full(source: io::Error) -> UringError {
+    UringError::Ring {
+        what: "io_uring_enter (SQ full)",
+        source,
+    }
 }
 
 impl Core {
@@ -204,32 +298,18 @@ impl Core {
 
     /// Start a request; the buffer is the ring's until the request is taken.
     pub(crate) fn submit(&mut self, s: Submit, buf: Vec<u8>) -> SlotId {
-        let len = buf.len();
         let req = Req {
-            write: s.write,
+            op: s.op,
             file: s.file,
             offset: s.offset,
-            len,
+            len: buf.len(),
             done: 0,
             throttle: s.throttle,
             max_block: s.max_block,
-            phase: Phase::Io,
-            hit_known: false,
-            last_io: None,
-            probe_bytes: 0,
-            wait_in_flight: false,
-            io_in_flight: false,
-            post_in_flight: false,
-            cancel_requested: false,
-            orphan: false,
-            result: None,
-            waker: None,
+            pre_io_wait: s.pre_io_wait,
             deadline_ns: None,
-            stage_waits: s.stage_waits,
-            staged: None,
-            held_io: None,
-            link_wait_errno: None,
-            link_io_cancelled: false,
+            owner: Owner::Waiting(None),
+            state: Lifecycle::Starting,
         };
         let id = self.ring.alloc(buf, req);
         if let Err(e) = self.start(id) {
@@ -243,9 +323,9 @@ impl Core {
     }
 
     fn start(&mut self, id: SlotId) -> Result<(), UringError> {
-        let (write, len, file, throttle) = {
+        let (op, len, file, throttle) = {
             let r = self.req(id);
-            (r.write, r.len, r.file.clone(), r.throttle.clone())
+            (r.op, r.len, r.file.clone(), r.throttle.clone())
         };
         if len == 0 {
             self.finish(id, Ok(0));
@@ -257,23 +337,14 @@ impl Core {
                 value: len as u64,
             });
         }
-        if write {
-            return self.charge_then_io(id, 0);
-        }
-        let cares = self.policy.detect_page_cache
-            && !file.is_direct()
-            && throttle
-                .as_ref()
-                .is_some_and(|t| t.ignores_page_cache_reads());
-        if !cares {
-            return self.charge_then_io(id, 0);
-        }
-        match file.nowait_mode() {
-            NowaitMode::Memory => self.known_hit_io(id),
-            NowaitMode::Unsupported => self.charge_then_io(id, 0),
-            NowaitMode::Probe => {
-                let mut engaged =
-                    self.policy.disk_rate_guard && self.guard_engaged(throttle.as_ref(), len);
+        match self.policy.route(op, &file, throttle.as_ref()) {
+            Route::Device => self.charge_then_io(id, 0),
+            Route::PageCache => self.known_hit_io(id),
+            Route::Probe => {
+                let need = |probes: u64| probes + len as u64;
+                let mut engaged = self
+                    .policy
+                    .guard_engaged(throttle.as_ref(), need(self.probe_bytes));
                 if engaged && self.probe_bytes > 0 {
                     // Probes in flight have started disk reads that are not
                     // charged yet; a charge booked now would not see them and
@@ -281,83 +352,85 @@ impl Core {
                     // NOWAIT probe answers inline, so one enter suffices).
                     // Only on this contended path does a request cost an
                     // extra enter.
-                    self.turn(false)?;
-                    engaged = self.guard_engaged(throttle.as_ref(), len);
+                    self.submit_and_reap()?;
+                    engaged = self
+                        .policy
+                        .guard_engaged(throttle.as_ref(), need(self.probe_bytes));
                 }
-                if engaged {
-                    self.counters.cachestat_checks += 1;
-                    let (off, fd) = {
-                        let r = self.req(id);
-                        (r.offset, r.file.fd())
-                    };
-                    let cached = match self.ring.sys().cachestat(fd, off, len as u64) {
-                        Ok(st) => st.nr_cache >= pages_spanned(off, len as u64),
-                        Err(_) => false,
-                    };
-                    if cached {
-                        self.known_hit_io(id)
-                    } else {
-                        self.charge_then_io(id, 0)
-                    }
-                } else {
-                    self.probe(id)
+                if !engaged {
+                    return self.probe(id);
+                }
+                self.counters.cachestat_checks += 1;
+                let off = self.req(id).offset;
+                let stat = self.ring.sys().cachestat(file.fd(), off, len as u64);
+                match policy::cachestat_route(stat, off, len as u64) {
+                    Route::PageCache => self.known_hit_io(id),
+                    Route::Device | Route::Probe => self.charge_then_io(id, 0),
                 }
             }
         }
     }
 
-    /// Whether some block-device bucket in the chain cannot cover this read
-    /// plus the probes already in flight.
-    fn guard_engaged(&self, throttle: Option<&ThrottlePtr>, len: usize) -> bool {
-        let Some(t) = throttle else { return false };
-        let need = i128::from(self.probe_bytes + len as u64) * NANO_PER_TOKEN;
-        let mut engaged = false;
-        t.visit(&mut |th| {
-            if th.limits_block_device_bandwidth() && th.max_speed() > 0 && th.tokens_nano() < need {
-                engaged = true;
-            }
-        });
-        engaged
+    /// Replace the state of `id`, keeping [`Core::probe_bytes`] in step.
+    fn set_state(&mut self, id: SlotId, next: Lifecycle) {
+        let r = self.ring.data_mut(id).expect("live request");
+        if let Lifecycle::Probing { io } = &next {
+            self.probe_bytes += u64::from(io.len);
+        }
+        if let Lifecycle::Probing { io } = std::mem::replace(&mut r.state, next) {
+            self.probe_bytes -= u64::from(io.len);
+        }
+    }
+
+    /// Enter `next` and queue what is in flight in it.
+    fn queue(&mut self, id: SlotId, next: Lifecycle) -> Result<(), UringError> {
+        let full = match next {
+            Lifecycle::Probing { io } | Lifecycle::Io { io, .. } => self.ring.push_io(id, io, None),
+            Lifecycle::Linked { io, deadline_ns } => self.ring.push_io(id, io, Some(deadline_ns)),
+            Lifecycle::Held { deadline_ns, .. } => self.ring.push_wait(id, deadline_ns),
+            Lifecycle::PostWait { deadline_ns } => self.ring.push_post_wait(id, deadline_ns),
+            Lifecycle::Staged { .. } => Ok(0),
+            Lifecycle::Starting
+            | Lifecycle::WaitFailed { .. }
+            | Lifecycle::WaitDecides
+            | Lifecycle::Completed(_) => unreachable!("{next:?} is entered on a CQE, not queued"),
+        };
+        // Entered even if the push failed: the caller then finishes the
+        // request, which leaves the state (and its probe bytes) for good.
+        self.set_state(id, next);
+        self.counters.sq_full += full.map_err(sq_full)?;
+        Ok(())
     }
 
     fn probe(&mut self, id: SlotId) -> Result<(), UringError> {
-        let r = self.req(id);
-        let rem = r.len - r.done;
-        let io = IoSqe {
-            fd: r.file.fd(),
-            write: false,
-            start: r.done,
-            len: rem as u32,
-            offset: r.offset + r.done as u64,
-            nowait: true,
-        };
-        r.phase = Phase::Probe;
-        r.probe_bytes = rem as u64;
-        self.probe_bytes += rem as u64;
-        self.push_io(id, io, None)
+        let io = self.req(id).next_io(IoKind::NowaitRead);
+        self.queue(id, Lifecycle::Probing { io })
     }
 
     fn known_hit_io(&mut self, id: SlotId) -> Result<(), UringError> {
-        let r = self.req(id);
-        r.hit_known = true;
-        let io = r.next_io();
-        r.phase = Phase::Io;
-        self.push_io(id, io, None)
+        let io = self.req(id).next_io(IoKind::Read);
+        self.queue(
+            id,
+            Lifecycle::Io {
+                io,
+                charge: Charge::PageCacheOnCompletion,
+            },
+        )
     }
 
     /// Bytes of the remaining range that lie before EOF (refreshing the size
     /// hint when the range crosses it).
     fn chargeable(&mut self, id: SlotId) -> u64 {
-        let (file, pos, rem, write) = {
+        let (file, pos, rem, op) = {
             let r = self.req(id);
             (
                 r.file.clone(),
                 r.offset + r.done as u64,
                 (r.len - r.done) as u64,
-                r.write,
+                r.op,
             )
         };
-        if write {
+        if op == Op::Write {
             return rem;
         }
         // Only a file with a size (regular, block device) has an EOF to trim
@@ -370,27 +443,29 @@ impl Core {
         rem.min(file.size_hint().saturating_sub(pos))
     }
 
-    /// Charge the remaining bytes as disk IO (booked `after_ns` from now) and
-    /// queue the IO behind one linked timeout if a wait results.
+    /// Charge the remaining bytes as device IO (booked `after_ns` from now)
+    /// and queue the IO, behind one timeout if a wait results.
     fn charge_then_io(&mut self, id: SlotId, after_ns: u64) -> Result<(), UringError> {
         let amount = self.chargeable(id);
-        let (throttle, max_block) = {
-            let r = self.req(id);
-            (r.throttle.clone(), r.max_block)
+        let r = self.req(id);
+        let delay = policy::book(
+            r.throttle.as_ref(),
+            amount,
+            Source::Device,
+            r.max_block,
+            after_ns,
+        )?;
+        let (io, pre_io_wait) = (r.next_io(IoKind::plain(r.op)), r.pre_io_wait);
+        let next = match (self.book_wait(id, delay), pre_io_wait) {
+            (None, _) => Lifecycle::Io {
+                io,
+                charge: Charge::Booked,
+            },
+            // The front end decides how this wait goes out.
+            (Some(deadline_ns), PreIoWait::Staged) => Lifecycle::Staged { deadline_ns, io },
+            (Some(deadline_ns), PreIoWait::Linked) => Lifecycle::Linked { io, deadline_ns },
         };
-        let mut delay = after_ns;
-        if let Some(t) = throttle
-            && amount > 0
-        {
-            delay = t.reserve(amount, max_block, after_ns, false)?.delay_ns;
-        }
-        let io = {
-            let r = self.req(id);
-            r.phase = Phase::Io;
-            r.next_io()
-        };
-        let wait = self.book_wait(id, delay);
-        self.push_io(id, io, wait)
+        self.queue(id, next)
     }
 
     fn book_wait(&mut self, id: SlotId, delay_ns: u64) -> Option<u64> {
@@ -404,120 +479,28 @@ impl Core {
         Some(deadline)
     }
 
-    fn push_io(&mut self, id: SlotId, io: IoSqe, wait: Option<u64>) -> Result<(), UringError> {
-        if let Some(deadline) = wait {
-            let r = self.req(id);
-            if r.stage_waits {
-                // The front end decides how this wait goes out.
-                r.staged = Some((deadline, io));
-                return Ok(());
-            }
-        }
-        self.push_now(id, io, wait)
-    }
-
-    /// Queue `io`, linked behind a timeout to `wait` if given.
-    fn push_now(&mut self, id: SlotId, io: IoSqe, wait: Option<u64>) -> Result<(), UringError> {
-        let full = self
-            .ring
-            .push_io(id, io, wait)
-            .map_err(|source| UringError::Ring {
-                what: "io_uring_enter (SQ full)",
-                source,
-            })?;
-        self.counters.sq_full += full;
-        let r = self.req(id);
-        r.last_io = Some(io);
-        r.io_in_flight = true;
-        r.wait_in_flight = wait.is_some();
-        Ok(())
-    }
-
     /// Whether `id` has a booked pre-IO wait that is not queued yet (only
-    /// requests submitted with `stage_waits`).
+    /// requests submitted with [`PreIoWait::Staged`]).
     pub(crate) fn has_staged_wait(&self, id: SlotId) -> bool {
         self.ring
             .data(id)
-            .is_some_and(|r| r.phase != Phase::Done && r.staged.is_some())
+            .is_some_and(|r| matches!(r.state, Lifecycle::Staged { .. }))
     }
 
-    /// Queue the staged wait of `id`: `linked`, as one chain with its IO
-    /// (the kernel issues the IO at the deadline, inside whatever
-    /// `io_uring_enter` is waiting then); otherwise as a standalone timeout,
-    /// the IO held back until the timeout's CQE and queued then, so that it
-    /// goes out with the *next* `io_uring_enter` — after the front end has
-    /// unparked the CPU lease. A failure finishes the request with it.
-    pub(crate) fn release_staged(&mut self, id: SlotId, linked: bool) {
-        let Some((deadline, io)) = self
-            .ring
-            .data_mut(id)
-            .filter(|r| r.phase != Phase::Done)
-            .and_then(|r| r.staged.take())
+    /// Queue the staged wait of `id` as `how` says. A failure finishes the
+    /// request with it.
+    pub(crate) fn release_staged(&mut self, id: SlotId, how: Release) {
+        let Some(&Lifecycle::Staged { deadline_ns, io }) = self.ring.data(id).map(|r| &r.state)
         else {
             return;
         };
-        let res = if linked {
-            self.push_now(id, io, Some(deadline))
-        } else {
-            self.push_held(id, io, deadline)
+        let next = match how {
+            Release::Linked => Lifecycle::Linked { io, deadline_ns },
+            Release::Standalone => Lifecycle::Held { io, deadline_ns },
         };
-        if let Err(e) = res {
+        if let Err(e) = self.queue(id, next) {
             self.finish(id, Err(e));
         }
-    }
-
-    /// Queue a standalone wait until `deadline`; `io` follows its CQE.
-    fn push_held(&mut self, id: SlotId, io: IoSqe, deadline: u64) -> Result<(), UringError> {
-        let full = self
-            .ring
-            .push_wait(id, deadline)
-            .map_err(|source| UringError::Ring {
-                what: "io_uring_enter (SQ full)",
-                source,
-            })?;
-        self.counters.sq_full += full;
-        let r = self.req(id);
-        r.wait_in_flight = true;
-        r.held_io = Some(io);
-        Ok(())
-    }
-
-    /// The standalone wait in front of `io` completed with `res`.
-    fn on_held_wait(&mut self, id: SlotId, io: IoSqe, res: i32) -> Result<(), UringError> {
-        let r = self.req(id);
-        if r.phase == Phase::Done {
-            return Ok(());
-        }
-        if r.cancel_requested || res == -libc::ECANCELED {
-            return Err(UringError::Cancelled);
-        }
-        // An expired timeout answers -ETIME; anything else means the wait
-        // did not happen and the IO must not run early.
-        if res != -libc::ETIME && res != 0 {
-            return Err(timeout_failed(-res));
-        }
-        self.push_io(id, io, None)
-    }
-
-    /// The timeout heading a linked chain completed with `res`. An expiry
-    /// (`-ETIME`, or 0) continues the chain. Any other answer when we asked
-    /// for no cancel means the wait failed and the kernel fails the linked
-    /// IO with `-ECANCELED`: the request reports the timeout's error, not a
-    /// cancellation.
-    fn on_linked_wait(&mut self, id: SlotId, res: i32) -> Result<(), UringError> {
-        let r = self.req(id);
-        if r.phase == Phase::Done {
-            return Ok(());
-        }
-        if res != -libc::ETIME && res != 0 && !r.cancel_requested {
-            r.link_wait_errno = Some(-res);
-            if r.link_io_cancelled {
-                return Err(timeout_failed(-res));
-            }
-        } else if r.link_io_cancelled {
-            return Err(UringError::Cancelled);
-        }
-        Ok(())
     }
 
     /// Whether the only thing `id` waits for now is a throttle timeout (a
@@ -525,10 +508,10 @@ impl Core {
     /// the IO): no IO of it is queued or in flight.
     pub(crate) fn waiting_on_timeout(&self, id: SlotId) -> bool {
         self.ring.data(id).is_some_and(|r| {
-            r.phase != Phase::Done
-                && r.staged.is_none()
-                && !r.io_in_flight
-                && (r.wait_in_flight || r.post_in_flight)
+            matches!(
+                r.state,
+                Lifecycle::Held { .. } | Lifecycle::PostWait { .. } | Lifecycle::WaitDecides
+            )
         })
     }
 
@@ -536,14 +519,14 @@ impl Core {
     fn charge_page_cache(&mut self, id: SlotId, n: u64) -> Result<u64, UringError> {
         self.counters.page_cache_hits += 1;
         self.counters.page_cache_bytes += n;
-        let (throttle, max_block) = {
-            let r = self.req(id);
-            (r.throttle.clone(), r.max_block)
-        };
-        match throttle {
-            Some(t) if n > 0 => Ok(t.reserve(n, max_block, 0, true)?.delay_ns),
-            _ => Ok(0),
-        }
+        let r = self.req(id);
+        Ok(policy::book(
+            r.throttle.as_ref(),
+            n,
+            Source::PageCache,
+            r.max_block,
+            0,
+        )?)
     }
 
     /// Complete now, or after a standalone wait for a page-cache charge.
@@ -554,19 +537,7 @@ impl Core {
                 self.finish(id, Ok(done));
                 Ok(())
             }
-            Some(deadline) => {
-                self.req(id).phase = Phase::PostWait;
-                let full =
-                    self.ring
-                        .push_post_wait(id, deadline)
-                        .map_err(|source| UringError::Ring {
-                            what: "io_uring_enter (SQ full)",
-                            source,
-                        })?;
-                self.counters.sq_full += full;
-                self.req(id).post_in_flight = true;
-                Ok(())
-            }
+            Some(deadline_ns) => self.queue(id, Lifecycle::PostWait { deadline_ns }),
         }
     }
 
@@ -574,40 +545,33 @@ impl Core {
         let Some(r) = self.ring.data_mut(id) else {
             return;
         };
-        if r.phase == Phase::Done {
+        if matches!(r.state, Lifecycle::Completed(_)) {
             return;
         }
-        r.phase = Phase::Done;
-        r.staged = None;
-        r.held_io = None;
         // A request nobody will collect ended as a cancellation, whatever
         // the kernel managed to do before the cancel reached it.
-        let result = if r.orphan {
-            Err(UringError::Cancelled)
-        } else {
-            result
+        let result = match r.owner {
+            Owner::Ignored => Err(UringError::Cancelled),
+            Owner::Waiting(_) | Owner::Cancelling(_) => result,
         };
-        if r.probe_bytes > 0 {
-            self.probe_bytes -= r.probe_bytes;
-            r.probe_bytes = 0;
-        }
-        match &result {
-            Ok(n) if r.write => {
+        match (&result, r.op) {
+            (Ok(n), Op::Write) => {
                 self.counters.writes += 1;
                 self.counters.write_bytes += *n as u64;
             }
-            Ok(n) => {
+            (Ok(n), Op::Read) => {
                 self.counters.reads += 1;
                 self.counters.read_bytes += *n as u64;
             }
-            Err(UringError::Cancelled) => self.counters.cancellations += 1,
-            Err(_) => {}
+            (Err(UringError::Cancelled), _) => self.counters.cancellations += 1,
+            (Err(_), _) => {}
         }
-        r.result = Some(result);
-        if let Some(w) = r.waker.take() {
+        if let Some(w) = r.owner.waker().and_then(Option::take) {
             w.wake();
         }
-        if r.orphan {
+        let ignored = matches!(r.owner, Owner::Ignored);
+        self.set_state(id, Lifecycle::Completed(result));
+        if ignored {
             self.release_if_quiet(id);
         } else {
             self.completed.push_back(id);
@@ -615,59 +579,80 @@ impl Core {
     }
 
     fn release_if_quiet(&mut self, id: SlotId) {
-        let done = self.ring.data(id).is_some_and(|r| r.phase == Phase::Done);
-        if done && self.ring.outstanding(id) == 0 {
-            // Dropping the buffer here is the only place an orphan's memory is freed.
+        if self.is_done(id) && self.ring.outstanding(id) == 0 {
+            // Dropping the buffer here is the only place an ignored
+            // request's memory is freed.
             let _ = self.ring.take(id);
         }
     }
 
-    /// Ask the kernel to cancel the request. Its buffer stays with the ring
-    /// until the last CQE of its chain arrives.
-    pub(crate) fn cancel(&mut self, id: SlotId, orphan: bool) {
+    /// Ask the kernel to cancel the request; its owner still collects it.
+    /// Its buffer stays with the ring until the last CQE of its chain
+    /// arrives.
+    pub(crate) fn cancel(&mut self, id: SlotId) {
         let Some(r) = self.ring.data_mut(id) else {
             return;
         };
-        if orphan {
-            r.orphan = true;
-            r.waker = None;
-        }
-        if r.phase == Phase::Done {
-            if orphan {
-                self.completed.retain(|&c| c != id);
-                self.release_if_quiet(id);
-            }
+        if matches!(r.state, Lifecycle::Completed(_)) {
             return;
         }
-        if r.cancel_requested {
+        let Owner::Waiting(waker) = &mut r.owner else {
             return;
-        }
-        r.cancel_requested = true;
-        if r.staged.take().is_some() {
-            // Nothing of it reached the ring.
-            self.finish(id, Err(UringError::Cancelled));
+        };
+        r.owner = Owner::Cancelling(waker.take());
+        self.cancel_in_flight(id);
+    }
+
+    /// Cancel the request and forget it: nobody collects it, and the ring
+    /// frees it at the last CQE of its chain.
+    pub(crate) fn ignore(&mut self, id: SlotId) {
+        let Some(r) = self.ring.data_mut(id) else {
             return;
-        }
-        let mut tags = Vec::with_capacity(3);
-        if r.wait_in_flight {
-            tags.push(Tag::Wait);
-        }
-        if r.io_in_flight {
-            tags.push(Tag::Io);
-        }
-        if r.post_in_flight {
-            tags.push(Tag::PostWait);
-        }
-        if let Err(source) = self.ring.push_cancel(id, &tags) {
-            // The chain still completes on its own; only the hurry is lost.
-            let _ = source;
+        };
+        let cancelled = std::mem::replace(&mut r.owner, Owner::Ignored).cancel_requested();
+        if matches!(r.state, Lifecycle::Completed(_)) {
+            self.completed.retain(|&c| c != id);
+            self.release_if_quiet(id);
+        } else if !cancelled {
+            self.cancel_in_flight(id);
         }
     }
 
-    /// Submit what is queued; wait for one completion if `wait` and anything
-    /// is owed; reap and advance every request.
-    pub(crate) fn turn(&mut self, wait: bool) -> Result<(), UringError> {
-        let want = u32::from(wait && self.ring.total_outstanding() > 0);
+    /// Cancel what `id` has in flight (or, staged, finish it at once).
+    fn cancel_in_flight(&mut self, id: SlotId) {
+        let tags: &[Tag] = match self.req(id).state {
+            Lifecycle::Staged { .. } => {
+                // Nothing of it reached the ring.
+                self.finish(id, Err(UringError::Cancelled));
+                return;
+            }
+            Lifecycle::Probing { .. } | Lifecycle::Io { .. } | Lifecycle::WaitFailed { .. } => {
+                &[Tag::Io]
+            }
+            Lifecycle::Linked { .. } => &[Tag::Wait, Tag::Io],
+            Lifecycle::Held { .. } | Lifecycle::WaitDecides => &[Tag::Wait],
+            Lifecycle::PostWait { .. } => &[Tag::PostWait],
+            Lifecycle::Starting | Lifecycle::Completed(_) => return,
+        };
+        // On failure the chain still completes on its own; only the hurry
+        // is lost.
+        let _ = self.ring.push_cancel(id, tags);
+    }
+
+    /// Submit what is queued; reap and advance every request, without
+    /// waiting.
+    pub(crate) fn submit_and_reap(&mut self) -> Result<(), UringError> {
+        self.turn(0)
+    }
+
+    /// Submit what is queued; wait for one completion if anything is owed;
+    /// reap and advance every request.
+    pub(crate) fn wait_and_reap(&mut self) -> Result<(), UringError> {
+        let want = u32::from(self.ring.total_outstanding() > 0);
+        self.turn(want)
+    }
+
+    fn turn(&mut self, want: u32) -> Result<(), UringError> {
         match self.ring.enter(want) {
             Ok(_) => {}
             Err(e) => match e.raw_os_error() {
@@ -702,7 +687,7 @@ impl Core {
             if !self.ring.has_unsubmitted() && !self.ring.cq_overflow_flag() {
                 break;
             }
-            self.turn(false)?;
+            self.submit_and_reap()?;
         }
         Ok(())
     }
@@ -727,143 +712,179 @@ impl Core {
         let Some(id) = self.ring.id_at(c.slot) else {
             return;
         };
-        let r = self.req(id);
-        match c.tag {
-            Tag::Cancel => {}
-            Tag::Wait => {
-                r.wait_in_flight = false;
-                let res = match r.held_io.take() {
-                    Some(io) => self.on_held_wait(id, io, c.res),
-                    None => self.on_linked_wait(id, c.res),
-                };
-                if let Err(e) = res {
-                    self.finish(id, Err(e));
-                }
-            }
+        let advanced = match c.tag {
+            Tag::Cancel => Ok(()),
+            Tag::Wait => self.on_wait(id, c.res),
             Tag::PostWait => {
-                r.post_in_flight = false;
-                if r.phase == Phase::PostWait {
-                    let res = if r.cancel_requested {
-                        Err(UringError::Cancelled)
-                    } else {
-                        Ok(r.done)
-                    };
-                    self.finish(id, res);
-                }
+                self.on_post_wait(id);
+                Ok(())
             }
-            Tag::Io => {
-                r.io_in_flight = false;
-                if let Err(e) = self.on_io(id, c.res) {
-                    self.finish(id, Err(e));
-                }
-            }
+            Tag::Io => self.on_io(id, c.res),
+        };
+        if let Err(e) = advanced {
+            self.finish(id, Err(e));
         }
-        if self.ring.data(id).is_some_and(|r| r.orphan) {
+        let quiet = self.ring.outstanding(id) == 0;
+        let Some(r) = self.ring.data_mut(id) else {
+            return;
+        };
+        if matches!(r.owner, Owner::Ignored) {
             self.release_if_quiet(id);
-        } else if self.ring.outstanding(id) == 0 {
+        } else if quiet && matches!(r.state, Lifecycle::Completed(_)) {
             // A finished request becomes collectable only at the last CQE of
             // its chain (which may come after the one that finished it).
-            if let Some(r) = self.ring.data_mut(id)
-                && r.phase == Phase::Done
-                && let Some(w) = r.waker.take()
-            {
+            if let Some(w) = r.owner.waker().and_then(Option::take) {
                 w.wake();
             }
         }
     }
 
+    /// The timeout in front of an IO completed with `res`. An expiry
+    /// (`-ETIME`, or 0) lets the IO go: a standalone one queues it now, a
+    /// linked one has released it in the kernel. Any other answer when we
+    /// asked for no cancel means the wait did not happen: a standalone one
+    /// fails the request, a linked one makes the kernel fail its IO with
+    /// `-ECANCELED`, and the request reports the timeout's error, not a
+    /// cancellation.
+    fn on_wait(&mut self, id: SlotId, res: i32) -> Result<(), UringError> {
+        let r = self.req(id);
+        let cancel = r.owner.cancel_requested();
+        let expired = res == -libc::ETIME || res == 0;
+        match r.state {
+            Lifecycle::Held { io, .. } => {
+                if cancel || res == -libc::ECANCELED {
+                    return Err(UringError::Cancelled);
+                }
+                if !expired {
+                    return Err(timeout_failed(-res));
+                }
+                self.queue(
+                    id,
+                    Lifecycle::Io {
+                        io,
+                        charge: Charge::Booked,
+                    },
+                )
+            }
+            Lifecycle::Linked { io, .. } => {
+                r.state = if expired || cancel {
+                    Lifecycle::Io {
+                        io,
+                        charge: Charge::Booked,
+                    }
+                } else {
+                    Lifecycle::WaitFailed { io, errno: -res }
+                };
+                Ok(())
+            }
+            Lifecycle::WaitDecides if expired || cancel => Err(UringError::Cancelled),
+            Lifecycle::WaitDecides => Err(timeout_failed(-res)),
+            // Finished already (or past this wait).
+            _ => Ok(()),
+        }
+    }
+
+    /// The timeout after a page-cache charge expired (or was cancelled).
+    fn on_post_wait(&mut self, id: SlotId) {
+        let r = self.req(id);
+        if !matches!(r.state, Lifecycle::PostWait { .. }) {
+            return;
+        }
+        let result = if r.owner.cancel_requested() {
+            Err(UringError::Cancelled)
+        } else {
+            Ok(r.done)
+        };
+        self.finish(id, result);
+    }
+
     fn on_io(&mut self, id: SlotId, res: i32) -> Result<(), UringError> {
         let r = self.req(id);
-        let phase = r.phase;
-        if phase == Phase::Done {
-            return Ok(());
-        }
-        if res == -libc::ECANCELED {
-            if let Some(errno) = r.link_wait_errno {
-                return Err(timeout_failed(errno));
-            }
-            if !r.cancel_requested && r.wait_in_flight {
-                // Linked behind a wait whose CQE is still to come (only a
-                // linked wait is in flight together with its IO): whether
-                // the wait failed decides the outcome (`on_linked_wait`).
-                r.link_io_cancelled = true;
+        let cancel = r.owner.cancel_requested();
+        let (io, charge) = match r.state {
+            Lifecycle::Probing { io } => (io, Charge::Booked),
+            Lifecycle::Io { io, charge } => (io, charge),
+            Lifecycle::Linked { .. } if res == -libc::ECANCELED && !cancel => {
+                // Its wait's CQE is still to come: whether the wait failed
+                // decides the outcome (`on_wait`).
+                r.state = Lifecycle::WaitDecides;
                 return Ok(());
             }
+            Lifecycle::Linked { io, .. } => (io, Charge::Booked),
+            Lifecycle::WaitFailed { errno, .. } if res == -libc::ECANCELED => {
+                return Err(timeout_failed(errno));
+            }
+            Lifecycle::WaitFailed { io, .. } => (io, Charge::Booked),
+            // Finished already.
+            _ => return Ok(()),
+        };
+        if res == -libc::ECANCELED {
             return Err(UringError::Cancelled);
         }
-        if phase == Phase::Probe {
-            let pb = std::mem::take(&mut r.probe_bytes);
-            self.probe_bytes -= pb;
-        }
-        let cancel = self.req(id).cancel_requested;
-        let resubmit = res == -libc::EINTR || (res == -libc::EAGAIN && phase != Phase::Probe);
-        if resubmit {
+        let probing = io.kind == IoKind::NowaitRead;
+        if res == -libc::EINTR || (res == -libc::EAGAIN && !probing) {
             if cancel {
                 return Err(UringError::Cancelled);
             }
             self.counters.resubmits += 1;
-            let io = self.req(id).last_io.expect("an IO completed");
-            if phase == Phase::Probe {
-                self.req(id).probe_bytes = u64::from(io.len);
-                self.probe_bytes += u64::from(io.len);
-            }
-            return self.push_io(id, io, None);
+            let again = if probing {
+                Lifecycle::Probing { io }
+            } else {
+                Lifecycle::Io { io, charge }
+            };
+            return self.queue(id, again);
         }
-        if phase == Phase::Probe {
-            return self.on_probe(id, res);
+        if probing {
+            return self.on_probe(id, io, res);
+        }
+        if res < 0 {
+            return Err(io_failed(io, res));
         }
         let r = self.req(id);
-        if res < 0 {
-            let io = r.last_io.expect("an IO completed");
-            return Err(UringError::Io {
-                op: if r.write { "write" } else { "read" },
-                offset: io.offset,
-                len: u64::from(io.len),
-                source: io::Error::from_raw_os_error(-res),
-            });
-        }
         let n = res as usize;
         if n == 0 {
-            if r.write {
+            if r.op == Op::Write {
                 return Err(UringError::Io {
-                    op: "write",
+                    op: Op::Write,
                     offset: r.offset + r.done as u64,
                     len: (r.len - r.done) as u64,
                     source: io::Error::from(io::ErrorKind::WriteZero),
                 });
             }
             // EOF.
-            return self.io_done(id);
+            return self.io_done(id, charge);
         }
         r.done += n;
-        if r.write {
+        if r.op == Op::Write {
             r.file.grow_to(r.offset + r.done as u64);
         }
         if r.done < r.len {
             if cancel {
                 return Err(UringError::Cancelled);
             }
+            let io = r.next_io(IoKind::plain(r.op));
             self.counters.short_reads += 1;
-            let io = self.req(id).next_io();
-            return self.push_io(id, io, None);
+            return self.queue(id, Lifecycle::Io { io, charge });
         }
-        self.io_done(id)
+        self.io_done(id, charge)
     }
 
-    fn io_done(&mut self, id: SlotId) -> Result<(), UringError> {
-        let r = self.req(id);
-        if r.hit_known {
-            let n = r.done as u64;
-            let d = self.charge_page_cache(id, n)?;
-            return self.complete_after(id, d);
+    fn io_done(&mut self, id: SlotId, charge: Charge) -> Result<(), UringError> {
+        let done = self.req(id).done;
+        match charge {
+            Charge::PageCacheOnCompletion => {
+                let d = self.charge_page_cache(id, done as u64)?;
+                self.complete_after(id, d)
+            }
+            Charge::Booked => {
+                self.finish(id, Ok(done));
+                Ok(())
+            }
         }
-        let done = r.done;
-        self.finish(id, Ok(done));
-        Ok(())
     }
 
-    fn on_probe(&mut self, id: SlotId, res: i32) -> Result<(), UringError> {
-        let cancel = self.req(id).cancel_requested;
+    fn on_probe(&mut self, id: SlotId, probe: IoSqe, res: i32) -> Result<(), UringError> {
+        let cancel = self.req(id).owner.cancel_requested();
         if res == -libc::EAGAIN {
             self.counters.nowait_misses += 1;
             if cancel {
@@ -873,31 +894,20 @@ impl Core {
         }
         if res == -libc::EOPNOTSUPP {
             let file = self.req(id).file.clone();
-            let memory = self.ring.sys().fs_is_memory(file.fd()).unwrap_or(false);
-            file.set_nowait_mode(if memory {
-                NowaitMode::Memory
-            } else {
-                NowaitMode::Unsupported
-            });
+            let mode = policy::after_nowait_unsupported(self.ring.sys().fs_is_memory(file.fd()));
+            file.set_nowait_mode(mode);
             if cancel {
                 return Err(UringError::Cancelled);
             }
-            return if memory {
-                self.known_hit_io(id)
-            } else {
-                self.charge_then_io(id, 0)
+            return match Route::from(mode) {
+                Route::PageCache => self.known_hit_io(id),
+                Route::Device | Route::Probe => self.charge_then_io(id, 0),
             };
         }
-        let r = self.req(id);
         if res < 0 {
-            let io = r.last_io.expect("a probe completed");
-            return Err(UringError::Io {
-                op: "read",
-                offset: io.offset,
-                len: u64::from(io.len),
-                source: io::Error::from_raw_os_error(-res),
-            });
+            return Err(io_failed(probe, res));
         }
+        let r = self.req(id);
         if res == 0 {
             // At or past EOF.
             let done = r.done;
@@ -908,10 +918,10 @@ impl Core {
         r.done += n;
         let (done, len) = (r.done, r.len);
         let d = self.charge_page_cache(id, n as u64)?;
-        if done == len || cancel {
-            if cancel {
-                return Err(UringError::Cancelled);
-            }
+        if cancel {
+            return Err(UringError::Cancelled);
+        }
+        if done == len {
             return self.complete_after(id, d);
         }
         // Short: EOF, or a partial hit (cached prefix).
@@ -925,28 +935,30 @@ impl Core {
 
     /// Whether the request finished.
     pub(crate) fn is_done(&self, id: SlotId) -> bool {
-        self.ring.data(id).is_some_and(|r| r.phase == Phase::Done)
+        self.ring
+            .data(id)
+            .is_some_and(|r| matches!(r.state, Lifecycle::Completed(_)))
     }
 
     /// Set the waker woken when the request finishes.
     pub(crate) fn set_waker(&mut self, id: SlotId, w: &Waker) {
-        if let Some(r) = self.ring.data_mut(id)
-            && !r.waker.as_ref().is_some_and(|x| x.will_wake(w))
+        if let Some(slot) = self.ring.data_mut(id).and_then(|r| r.owner.waker())
+            && !slot.as_ref().is_some_and(|x| x.will_wake(w))
         {
-            r.waker = Some(w.clone());
+            *slot = Some(w.clone());
         }
     }
 
-    /// Wake every waiting request (to hand over the eventfd registration).
+    /// Wake one waiting request other than `except` (to hand over the
+    /// eventfd registration).
     pub(crate) fn wake_one_waiting(&mut self, except: SlotId) {
         for id in self.ring.live() {
             if id == except {
                 continue;
             }
             if let Some(r) = self.ring.data_mut(id)
-                && r.phase != Phase::Done
-                && !r.orphan
-                && let Some(w) = r.waker.take()
+                && !matches!(r.state, Lifecycle::Completed(_))
+                && let Some(w) = r.owner.waker().and_then(Option::take)
             {
                 w.wake();
                 return;
@@ -962,7 +974,9 @@ impl Core {
         }
         let (buf, req) = self.ring.take(id)?;
         self.completed.retain(|&c| c != id);
-        let result = req.result.unwrap_or(Err(UringError::Cancelled));
+        let Lifecycle::Completed(result) = req.state else {
+            unreachable!("checked by is_done");
+        };
         Some((result, buf, req.deadline_ns))
     }
 
@@ -970,19 +984,11 @@ impl Core {
     pub(crate) fn dump(&self) -> String {
         let mut out = String::new();
         for id in self.ring.live() {
-            let r = self.ring.data(id).unwrap();
+            let r = self.ring.data(id).expect("live");
             out += &format!(
-                "{:?} phase={:?} orphan={} cancel={} waker={} io={} wait={} post={} staged={} held={} outst={} done={}/{}\n",
-                id,
-                r.phase,
-                r.orphan,
-                r.cancel_requested,
-                r.waker.is_some(),
-                r.io_in_flight,
-                r.wait_in_flight,
-                r.post_in_flight,
-                r.staged.is_some(),
-                r.held_io.is_some(),
+                "{id:?} {:?} owner={:?} outstanding={} done={}/{}\n",
+                r.state,
+                r.owner,
                 self.ring.outstanding(id),
                 r.done,
                 r.len
@@ -997,21 +1003,21 @@ impl Core {
     pub(crate) fn uncollectable(&self, id: SlotId) -> Option<&'static str> {
         match self.ring.data(id) {
             None => Some("not live (collected, or abandoned and released)"),
-            Some(r) if r.orphan => Some("abandoned"),
+            Some(r) if matches!(r.owner, Owner::Ignored) => Some("abandoned"),
             Some(_) => None,
         }
     }
 }
 
 impl Req {
-    fn next_io(&self) -> IoSqe {
+    /// The rest of the request as one SQE of `kind`.
+    fn next_io(&self, kind: IoKind) -> IoSqe {
         IoSqe {
             fd: self.file.fd(),
-            write: self.write,
+            kind,
             start: self.done,
             len: (self.len - self.done) as u32,
             offset: self.offset + self.done as u64,
-            nowait: false,
         }
     }
 }
@@ -1024,11 +1030,12 @@ fn timeout_failed(errno: i32) -> UringError {
     }
 }
 
-/// Pages of `[off, off + len)`.
-fn pages_spanned(off: u64, len: u64) -> u64 {
-    const PAGE: u64 = 4096;
-    if len == 0 {
-        return 0;
+/// `io` completed with the error `res`.
+fn io_failed(io: IoSqe, res: i32) -> UringError {
+    UringError::Io {
+        op: io.kind.op(),
+        offset: io.offset,
+        len: u64::from(io.len),
+        source: io::Error::from_raw_os_error(-res),
     }
-    (off + len).div_ceil(PAGE) - off / PAGE
 }

@@ -4,14 +4,20 @@ use std::io;
 
 use slotring_throttle::ThrottleError;
 
+use crate::policy::Op;
+
 /// What can go wrong in the engines. Being throttled is not an error.
+///
+/// Each message says what failed and with which value; the kernel's answer
+/// is the `source` (printed once by `{:#}` or an error-chain reporter, never
+/// formatted into the message as well).
 #[derive(Debug, thiserror::Error)]
 pub enum UringError {
     /// io_uring cannot be used here; `cause` names why (use [`crate::PreadEngine`]).
-    #[error("io_uring is unavailable: {cause}: {source}")]
+    #[error("io_uring is unavailable: {cause}")]
     Unavailable {
         /// Why (`io_uring_disabled` sysctl, seccomp/LSM `EPERM`, old kernel, …).
-        cause: String,
+        cause: &'static str,
         /// The error `io_uring_setup` returned.
         source: io::Error,
     },
@@ -20,10 +26,10 @@ pub enum UringError {
     #[error("request cancelled")]
     Cancelled,
     /// A read or write failed.
-    #[error("{op} of {len} bytes at offset {offset} failed: {source}")]
+    #[error("{op} of {len} bytes at offset {offset} failed")]
     Io {
-        /// `"read"` or `"write"`.
-        op: &'static str,
+        /// Which operation.
+        op: Op,
         /// File offset of the failing piece.
         offset: u64,
         /// Bytes asked for.
@@ -32,7 +38,7 @@ pub enum UringError {
         source: io::Error,
     },
     /// A ring syscall (`io_uring_enter`, `io_uring_register`) failed.
-    #[error("{what} failed: {source}")]
+    #[error("{what} failed")]
     Ring {
         /// Which call.
         what: &'static str,
@@ -79,18 +85,15 @@ impl UringError {
             .ok()
             .and_then(|s| s.trim().parse::<u32>().ok());
         let cause = match (source.raw_os_error(), disabled) {
-            (Some(libc::EPERM), Some(2)) => "sysctl kernel.io_uring_disabled=2".to_string(),
+            (Some(libc::EPERM), Some(2)) => "sysctl kernel.io_uring_disabled=2",
             (Some(libc::EPERM), Some(1)) => {
                 "sysctl kernel.io_uring_disabled=1 and the process is not in kernel.io_uring_group"
-                    .to_string()
             }
-            (Some(libc::EPERM), _) => "io_uring_setup denied (seccomp or an LSM)".to_string(),
-            (Some(libc::ENOSYS), _) => {
-                "kernel without io_uring (too old or CONFIG_IO_URING=n)".to_string()
-            }
-            (Some(libc::EINVAL), _) => "a setup flag is not supported by this kernel".to_string(),
-            (Some(libc::ENOMEM), _) => "no memory for the ring (RLIMIT_MEMLOCK?)".to_string(),
-            _ => "io_uring_setup failed".to_string(),
+            (Some(libc::EPERM), _) => "io_uring_setup denied (seccomp or an LSM)",
+            (Some(libc::ENOSYS), _) => "kernel without io_uring (too old or CONFIG_IO_URING=n)",
+            (Some(libc::EINVAL), _) => "a setup flag is not supported by this kernel",
+            (Some(libc::ENOMEM), _) => "no memory for the ring (RLIMIT_MEMLOCK?)",
+            _ => "io_uring_setup failed",
         };
         UringError::Unavailable { cause, source }
     }
@@ -103,3 +106,53 @@ impl UringError {
 
 /// tokio-uring's `BufResult`: the result and the buffer, which is always handed back.
 pub type BufResult<T, B> = (Result<T, UringError>, B);
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+
+    use super::*;
+
+    /// Every message of `e`'s chain, outermost first (what `{:#}` prints).
+    fn chain(e: &UringError) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut next: Option<&dyn Error> = Some(e);
+        while let Some(e) = next {
+            out.push(e.to_string());
+            next = e.source();
+        }
+        out
+    }
+
+    #[test]
+    fn the_os_error_is_printed_once_as_the_source() {
+        let os = io::Error::from_raw_os_error(libc::EIO).to_string();
+        let io = UringError::Io {
+            op: Op::Read,
+            offset: 4096,
+            len: 512,
+            source: io::Error::from_raw_os_error(libc::EIO),
+        };
+        assert_eq!(
+            chain(&io),
+            ["read of 512 bytes at offset 4096 failed", os.as_str()]
+        );
+        let ring = UringError::Ring {
+            what: "io_uring_enter",
+            source: io::Error::from_raw_os_error(libc::EIO),
+        };
+        assert_eq!(chain(&ring), ["io_uring_enter failed", os.as_str()]);
+        let setup = UringError::unavailable(io::Error::from_raw_os_error(libc::ENOSYS));
+        let msgs = chain(&setup);
+        assert_eq!(
+            msgs[0],
+            "io_uring is unavailable: kernel without io_uring (too old or CONFIG_IO_URING=n)"
+        );
+        assert_eq!(
+            msgs.iter()
+                .filter(|m| m.contains(&io::Error::from_raw_os_error(libc::ENOSYS).to_string()))
+                .count(),
+            1
+        );
+    }
+}

@@ -1,13 +1,13 @@
 //! # slotring-uring
 //!
-//! Throttled file IO through io_uring (issue 4): every read and write at an
-//! offset is charged to a [`Throttle`](slotring_throttle::Throttle) chain;
-//! a throttle wait is an absolute `IORING_OP_TIMEOUT` linked to the IO
-//! it delays (no thread, no nanosleep, no CPU slot) — or, for a caller
-//! that parks a CPU lease, a standalone timeout followed by the IO once the
-//! lease is back (see the `blocking` module docs); page-cache hits are
-//! detected on the ring with `RWF_NOWAIT` and charged only to throttlers that
-//! count them; a guard keeps NOWAIT misses from bursting the block device.
+//! Throttled file IO through io_uring: every read and write at an offset is
+//! charged to a [`Throttle`](slotring_throttle::Throttle) chain; a throttle
+//! wait is an absolute `IORING_OP_TIMEOUT` linked to the IO it delays (no
+//! thread, no nanosleep, no CPU slot) — or, for a caller that parks a CPU
+//! lease, a standalone timeout followed by the IO once the lease is back
+//! (see the `blocking` module docs); page-cache hits are detected on the
+//! ring with `RWF_NOWAIT` and charged only to throttlers that count them; a
+//! guard keeps NOWAIT misses from bursting the block device.
 //!
 //! Front ends: [`UringEngine`] (blocking, the caller waits in
 //! `io_uring_enter`; through [`IoEngine`] its CPU lease is parked exactly
@@ -16,11 +16,24 @@
 //! [`UringEngine::submit_read`]/[`UringEngine::wait_any`]) and
 //! [`AsyncEngine`] (tokio, eventfd + `AsyncFd`). [`PreadEngine`] serves the
 //! same [`IoEngine`] trait where io_uring is unavailable
-//! ([`open_engine`] picks and names the cause).
+//! ([`open_engine`] picks and names the cause). Both engines charge by one
+//! policy (`policy.rs`): what counts as page cache, when the disk-rate guard
+//! asks `cachestat(2)` instead of probing, what a filesystem without
+//! `RWF_NOWAIT` is charged as.
 //!
-//! The only `unsafe` code is in `sys.rs`: the [`Syscalls`] seam and the ring
-//! that owns every buffer lent to the kernel until its last CQE arrives. See
-//! the module docs of `core.rs` for how a request is charged.
+//! The only `unsafe` code is in `sys.rs`: the syscall seam every syscall
+//! passes through and the ring that owns every buffer lent to the kernel
+//! until its last CQE arrives. See the module docs of `core.rs` for how a
+//! request moves through the ring.
+//!
+//! # Features
+//!
+//! * `test-util` (off by default): exposes the syscall seam —
+//!   `Syscalls`, `RealSyscalls`, `SetupParams`, `CacheStat`, `IoUring` and
+//!   the `with_syscalls` constructors, `open_engine_with` — so that this
+//!   crate's integration tests can inject faults into the real kernel's
+//!   answers and its benchmark can count syscalls. It is not an API to
+//!   build on.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -48,8 +61,11 @@
 mod blocking;
 mod core;
 mod counters;
+mod engine;
 mod error;
 mod file;
+mod policy;
+mod pread;
 #[allow(
     unsafe_code,
     reason = "the io_uring boundary: SQEs point into memory the ring owns; every block has a SAFETY comment"
@@ -57,16 +73,19 @@ mod file;
 mod sys;
 mod tokio;
 
-pub use crate::blocking::{
-    Completion, IoEngine, PreadEngine, RingConfig, Ticket, UringEngine, open_engine,
-    open_engine_with,
-};
-pub use crate::core::Policy;
+pub use crate::blocking::{Completion, Ticket, UringEngine};
 pub use crate::counters::UringCounters;
+#[cfg(feature = "test-util")]
+pub use crate::engine::open_engine_with;
+pub use crate::engine::{IoEngine, RingConfig, open_engine};
 pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
+pub use crate::policy::{Op, Policy};
+pub use crate::pread::PreadEngine;
+#[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls};
 pub use crate::tokio::AsyncEngine;
 
 /// Re-exported so seam implementations can name the ring type.
+#[cfg(feature = "test-util")]
 pub use io_uring::IoUring;

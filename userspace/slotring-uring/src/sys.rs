@@ -6,7 +6,11 @@
 //!   passes (`io_uring_setup`, `io_uring_enter`, `io_uring_register`,
 //!   `preadv2`, `pwrite`, `cachestat`, `fstat`, `ioctl(BLKGETSIZE64)`,
 //!   `fstatfs`) and through which every completion result is read. Tests
-//!   replace it to inject faults.
+//!   replace it to inject faults. It is not part of the public API: the
+//!   crate's non-default feature `test-util` re-exports it (with
+//!   [`RealSyscalls`], [`SetupParams`], [`CacheStat`] and `io_uring::IoUring`)
+//!   for this crate's own integration tests and benchmark, which drive the
+//!   real kernel through a seam that injects faults or counts syscalls.
 //! * [`Ring`], the owner of the io_uring instance *and* of every buffer and
 //!   timespec the kernel may touch. An SQE can only point into memory this
 //!   module owns, and that memory is handed back ([`Ring::take`]) only once
@@ -20,6 +24,8 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
+
+use crate::policy::Op;
 
 /// `cachestat(2)` is syscall 451 on every 64-bit Linux architecture we build for.
 const SYS_CACHESTAT: libc::c_long = 451;
@@ -277,16 +283,55 @@ struct Slot<T> {
     data: Option<T>,
 }
 
+/// The opcode of an IO SQE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IoKind {
+    /// `IORING_OP_READ`.
+    Read,
+    /// `IORING_OP_READ` with `RWF_NOWAIT`: a page-cache probe. Never
+    /// `IOSQE_ASYNC`, which silently defeats it.
+    NowaitRead,
+    /// `IORING_OP_WRITE`.
+    Write,
+}
+
+impl IoKind {
+    /// The plain read or write of `op`.
+    pub(crate) fn plain(op: Op) -> Self {
+        match op {
+            Op::Read => IoKind::Read,
+            Op::Write => IoKind::Write,
+        }
+    }
+
+    /// Whether it reads or writes.
+    pub(crate) fn op(self) -> Op {
+        match self {
+            IoKind::Read | IoKind::NowaitRead => Op::Read,
+            IoKind::Write => Op::Write,
+        }
+    }
+}
+
 /// An IO SQE's description (the buffer is the slot's own).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct IoSqe {
     pub(crate) fd: RawFd,
-    pub(crate) write: bool,
+    pub(crate) kind: IoKind,
     /// Byte range of the slot's buffer.
     pub(crate) start: usize,
     pub(crate) len: u32,
     pub(crate) offset: u64,
-    pub(crate) nowait: bool,
+}
+
+/// Where a timeout SQE stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TimeoutRole {
+    /// At the head of a link (`IORING_TIMEOUT_ETIME_SUCCESS`: its expiry
+    /// continues the chain, a cancel breaks it).
+    LinkHead,
+    /// Alone: its CQE is all that follows.
+    Standalone,
 }
 
 /// An io_uring instance plus the slab of slots whose memory it lends to the
@@ -519,40 +564,43 @@ impl<T> Ring<T> {
         let ptr = s.buf[io.start..].as_mut_ptr();
         let ud = user_data(id.index, Tag::Io);
         let fd = types::Fd(io.fd);
-        Ok(if io.write {
-            opcode::Write::new(fd, ptr, io.len)
+        Ok(match io.kind {
+            IoKind::Write => opcode::Write::new(fd, ptr, io.len)
                 .offset(io.offset)
                 .build()
-                .user_data(ud)
-        } else {
-            let flags = if io.nowait { libc::RWF_NOWAIT } else { 0 };
-            // Never IOSQE_ASYNC here: it silently defeats RWF_NOWAIT.
-            opcode::Read::new(fd, ptr, io.len)
-                .offset(io.offset)
-                .rw_flags(flags)
-                .build()
-                .user_data(ud)
+                .user_data(ud),
+            IoKind::Read | IoKind::NowaitRead => {
+                let flags = if io.kind == IoKind::NowaitRead {
+                    libc::RWF_NOWAIT
+                } else {
+                    0
+                };
+                // Never IOSQE_ASYNC here: it silently defeats RWF_NOWAIT.
+                opcode::Read::new(fd, ptr, io.len)
+                    .offset(io.offset)
+                    .rw_flags(flags)
+                    .build()
+                    .user_data(ud)
+            }
         })
     }
 
-    /// An absolute timeout SQE; `etime_success` for one that heads a link
-    /// (its expiry then continues the chain).
+    /// An absolute timeout SQE.
     fn timeout_entry(
         &mut self,
         id: SlotId,
         deadline_ns: u64,
         tag: Tag,
-        etime_success: bool,
+        role: TimeoutRole,
     ) -> squeue::Entry {
         let s = &mut self.slots[id.index as usize];
         *s.ts = types::Timespec::new()
             .sec(deadline_ns / 1_000_000_000)
             .nsec((deadline_ns % 1_000_000_000) as u32);
         let ts: *const types::Timespec = &*s.ts;
-        let flags = if etime_success {
-            types::TimeoutFlags::ABS | types::TimeoutFlags::ETIME_SUCCESS
-        } else {
-            types::TimeoutFlags::ABS
+        let flags = match role {
+            TimeoutRole::LinkHead => types::TimeoutFlags::ABS | types::TimeoutFlags::ETIME_SUCCESS,
+            TimeoutRole::Standalone => types::TimeoutFlags::ABS,
         };
         opcode::Timeout::new(ts)
             .flags(flags)
@@ -577,7 +625,7 @@ impl<T> Ring<T> {
                 // early. A hard link would ignore the cancel and issue the IO
                 // at once.
                 let t = self
-                    .timeout_entry(id, deadline, Tag::Wait, true)
+                    .timeout_entry(id, deadline, Tag::Wait, TimeoutRole::LinkHead)
                     .flags(squeue::Flags::IO_LINK);
                 self.push_entries(id, &[t, e])
             }
@@ -587,14 +635,14 @@ impl<T> Ring<T> {
 
     /// Queue a standalone absolute timeout.
     pub(crate) fn push_post_wait(&mut self, id: SlotId, deadline_ns: u64) -> io::Result<u64> {
-        let t = self.timeout_entry(id, deadline_ns, Tag::PostWait, false);
+        let t = self.timeout_entry(id, deadline_ns, Tag::PostWait, TimeoutRole::Standalone);
         self.push_entries(id, &[t])
     }
 
     /// Queue a standalone absolute timeout in front of an IO that is held
     /// back until its CQE (not linked: the engine queues the IO itself).
     pub(crate) fn push_wait(&mut self, id: SlotId, deadline_ns: u64) -> io::Result<u64> {
-        let t = self.timeout_entry(id, deadline_ns, Tag::Wait, false);
+        let t = self.timeout_entry(id, deadline_ns, Tag::Wait, TimeoutRole::Standalone);
         self.push_entries(id, &[t])
     }
 

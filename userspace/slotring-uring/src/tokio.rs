@@ -7,7 +7,7 @@
 //! waiting future by waking it.
 //!
 //! One engine per thread (tokio current-thread runtime or a `LocalSet`): the
-//! engine is `!Send`, which is what the measurements favour (a shared
+//! engine is `!Send`, which is what our measurements favoured (a shared
 //! ring on the multi-thread runtime suffered cross-thread wake-ups).
 
 use std::cell::{Cell, RefCell};
@@ -21,11 +21,12 @@ use nix::sys::eventfd::EventFd;
 use slotring_throttle::ThrottlePtr;
 use tokio::io::unix::AsyncFd;
 
-use crate::blocking::RingConfig;
-use crate::core::{Core, Submit};
+use crate::core::{Core, PreIoWait, Submit};
 use crate::counters::UringCounters;
+use crate::engine::RingConfig;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
+use crate::policy::Op;
 use crate::sys::{RealSyscalls, SlotId, Syscalls, async_eventfd};
 
 struct Inner {
@@ -54,11 +55,16 @@ impl AsyncEngine {
     /// A ring with `cfg` on the real kernel. Must be called within a tokio
     /// runtime with IO enabled.
     pub fn new(cfg: &RingConfig) -> Result<Self, UringError> {
-        Self::with_syscalls(cfg, Box::new(RealSyscalls))
+        Self::on(cfg, Box::new(RealSyscalls))
     }
 
-    /// Every syscall through `sys`.
+    /// Every syscall through `sys` (feature `test-util`: fault injection).
+    #[cfg(feature = "test-util")]
     pub fn with_syscalls(cfg: &RingConfig, sys: Box<dyn Syscalls>) -> Result<Self, UringError> {
+        Self::on(cfg, sys)
+    }
+
+    fn on(cfg: &RingConfig, sys: Box<dyn Syscalls>) -> Result<Self, UringError> {
         if cfg.defer_taskrun {
             // Deferred completions are posted only inside a GETEVENTS enter,
             // so the eventfd would never fire for a task parked in the reactor.
@@ -96,7 +102,14 @@ impl AsyncEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let s = Submit::new(false, file, offset, throttle, max_block, false);
+        let s = Submit::new(
+            Op::Read,
+            file,
+            offset,
+            throttle,
+            max_block,
+            PreIoWait::Linked,
+        );
         self.run(s, buf).await
     }
 
@@ -109,7 +122,14 @@ impl AsyncEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let s = Submit::new(true, file, offset, throttle, max_block, false);
+        let s = Submit::new(
+            Op::Write,
+            file,
+            offset,
+            throttle,
+            max_block,
+            PreIoWait::Linked,
+        );
         self.run(s, buf).await
     }
 
@@ -149,7 +169,7 @@ impl AsyncEngine {
     /// requests).
     pub fn poll_progress(&self) -> Result<(), UringError> {
         let mut core = self.inner.core.borrow_mut();
-        core.turn(false)?;
+        core.submit_and_reap()?;
         core.flush()
     }
 }
@@ -162,7 +182,7 @@ impl Inner {
                 // Reap and submit until quiet: what this reap queues must
                 // reach the kernel before the task sleeps.
                 if let Err(e) = core.flush() {
-                    core.cancel(id, true);
+                    core.ignore(id);
                     return Poll::Ready((Err(e), Vec::new()));
                 }
                 if let Some((result, buf, _)) = core.take(id) {
@@ -180,7 +200,7 @@ impl Inner {
                     g.clear_ready();
                 }
                 Poll::Ready(Err(source)) => {
-                    self.core.borrow_mut().cancel(id, true);
+                    self.core.borrow_mut().ignore(id);
                     return Poll::Ready((
                         Err(UringError::Ring {
                             what: "eventfd poll",
@@ -217,7 +237,7 @@ impl Drop for CancelOnDrop<'_> {
         if self.armed {
             {
                 let mut core = self.inner.core.borrow_mut();
-                core.cancel(self.id, true);
+                core.ignore(self.id);
                 let _ = core.flush();
             }
             self.inner.hand_off(self.id);

@@ -1,0 +1,345 @@
+//! The one charging policy of both engines.
+//!
+//! The ring state machine (`core.rs`) and the `pread` engine (`pread.rs`)
+//! differ only in *how* they perform a step (SQEs and CQEs, or synchronous
+//! syscalls) and in *when* they charge (the ring before the IO, `pread`
+//! after it, as ClickHouse does); *what* they charge is decided here:
+//!
+//! * **The page-cache rule.** Detecting page-cache hits is worth its cost
+//!   only for a buffered read charged to a chain in which some throttler
+//!   skips page-cache bytes ([`Throttle::ignores_page_cache_reads`]: a
+//!   block-device limit). Everything else — writes, `O_DIRECT`, detection
+//!   switched off — is charged as device bytes ([`Policy::route`]).
+//! * **What a file taught us.** A filesystem that answered `EOPNOTSUPP` to
+//!   `RWF_NOWAIT` is never probed again: a memory filesystem (tmpfs/ramfs)
+//!   is all page cache, any other is all device, so a block device is never
+//!   under-charged ([`after_nowait_unsupported`], [`Route::from`]).
+//! * **The disk-rate guard.** A NOWAIT miss starts its disk read at once,
+//!   uncharged. While a block-device bucket in the chain holds fewer tokens
+//!   than the bytes that could go to the disk that way, the engines do not
+//!   probe: they ask `cachestat(2)` (no side effect) and charge as page
+//!   cache only a fully cached range ([`Policy::guard_engaged`],
+//!   [`cachestat_route`]).
+//! * **Booking.** Bytes are booked on the chain as [`Source::Device`] or
+//!   [`Source::PageCache`], each charge after the delay already booked
+//!   ([`book`]).
+//!
+//! [`Throttle::ignores_page_cache_reads`]: slotring_throttle::Throttle::ignores_page_cache_reads
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+use slotring_throttle::{NANO_PER_TOKEN, Source, ThrottleError, ThrottlePtr};
+
+use crate::file::{NowaitMode, UringFile};
+use crate::sys::CacheStat;
+
+/// The page size `cachestat(2)` counts in.
+const PAGE: u64 = 4096;
+
+/// A read or a write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// A positional read.
+    Read,
+    /// A positional write.
+    Write,
+}
+
+impl Op {
+    /// `"read"` or `"write"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Engine policy switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    /// Detect page-cache hits with `RWF_NOWAIT` when a throttler cares.
+    pub detect_page_cache: bool,
+    /// Bound the block device's instantaneous rate (cachestat instead of a
+    /// NOWAIT probe while the block-device bucket cannot cover the probes).
+    pub disk_rate_guard: bool,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            detect_page_cache: true,
+            disk_rate_guard: true,
+        }
+    }
+}
+
+/// How a request's bytes are charged, decided before any IO.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// Every byte is a device byte (charged before the IO on the ring,
+    /// after it by `pread`).
+    Device,
+    /// Known to be served from memory: read without a probe, charge every
+    /// byte as page cache.
+    PageCache,
+    /// Find out with a `RWF_NOWAIT` read (or, while
+    /// [`Policy::guard_engaged`], with `cachestat(2)`).
+    Probe,
+}
+
+impl From<NowaitMode> for Route {
+    /// How the reads of a file in `mode` are charged once detection is on.
+    fn from(mode: NowaitMode) -> Self {
+        match mode {
+            NowaitMode::Probe => Route::Probe,
+            NowaitMode::Unsupported => Route::Device,
+            NowaitMode::Memory => Route::PageCache,
+        }
+    }
+}
+
+impl Policy {
+    /// The page-cache rule: how an `op` on `file` charged to `throttle` is
+    /// routed.
+    pub(crate) fn route(self, op: Op, file: &UringFile, throttle: Option<&ThrottlePtr>) -> Route {
+        let detect = self.detect_page_cache
+            && op == Op::Read
+            && !file.is_direct()
+            && throttle.is_some_and(|t| t.ignores_page_cache_reads());
+        if detect {
+            Route::from(file.nowait_mode())
+        } else {
+            Route::Device
+        }
+    }
+
+    /// The disk-rate guard: whether some rate-limited block-device bucket in
+    /// `throttle` holds fewer tokens than `need` bytes (the read plus every
+    /// probe already in flight), so that probing could burst the disk past
+    /// its limit.
+    pub(crate) fn guard_engaged(self, throttle: Option<&ThrottlePtr>, need: u64) -> bool {
+        let Some(t) = throttle.filter(|_| self.disk_rate_guard) else {
+            return false;
+        };
+        let need = i128::from(need) * NANO_PER_TOKEN;
+        let mut engaged = false;
+        t.visit(&mut |th| {
+            if th.limits_block_device_bandwidth() && th.max_speed() > 0 && th.tokens_nano() < need {
+                engaged = true;
+            }
+        });
+        engaged
+    }
+}
+
+/// What the guard's `cachestat(2)` answer for `[off, off + len)` means:
+/// page cache only when every page of the range is cached; a failed call
+/// (`ENOSYS` before Linux 6.5) or a partly cached range is device IO.
+pub(crate) fn cachestat_route(stat: io::Result<CacheStat>, off: u64, len: u64) -> Route {
+    match stat {
+        Ok(st) if st.nr_cache >= pages_spanned(off, len) => Route::PageCache,
+        _ => Route::Device,
+    }
+}
+
+/// What a file is once a `RWF_NOWAIT` read answered `EOPNOTSUPP`:
+/// `in_memory` is the `fstatfs` verdict (tmpfs/ramfs); when it cannot be
+/// had, the file counts as disk-backed (never under-charge a block device).
+pub(crate) fn after_nowait_unsupported(in_memory: io::Result<bool>) -> NowaitMode {
+    if in_memory.unwrap_or(false) {
+        NowaitMode::Memory
+    } else {
+        NowaitMode::Unsupported
+    }
+}
+
+/// Pages (of [`PAGE`] bytes) that `[off, off + len)` touches.
+pub(crate) fn pages_spanned(off: u64, len: u64) -> u64 {
+    if len == 0 {
+        return 0;
+    }
+    (off + len).div_ceil(PAGE) - off / PAGE
+}
+
+/// Book `amount` bytes from `source` on `throttle`, `after_ns` from now
+/// (the delay already booked for this request); returns the total delay.
+/// Nothing to charge (no throttle, no bytes) leaves the delay as it was.
+pub(crate) fn book(
+    throttle: Option<&ThrottlePtr>,
+    amount: u64,
+    source: Source,
+    max_block: Duration,
+    after_ns: u64,
+) -> Result<u64, ThrottleError> {
+    match throttle {
+        Some(t) if amount > 0 => Ok(t.reserve(amount, max_block, after_ns, source)?.delay_ns),
+        _ => Ok(after_ns),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use slotring_throttle::{Clock, ManualClock, Throttle, Throttler, UNLIMITED_BLOCK};
+
+    use super::*;
+
+    const T0: u64 = 1_000_000_000;
+
+    fn clock() -> Arc<ManualClock> {
+        Arc::new(ManualClock::new(T0))
+    }
+
+    /// A block-device limit of `rate` tokens/s with a 1 s burst on `c`.
+    fn disk(rate: u64, c: &Arc<ManualClock>) -> Arc<Throttler> {
+        let clock: Arc<dyn Clock> = c.clone();
+        let t = Throttler::builder(rate)
+            .clock(clock)
+            .limits_block_device_bandwidth(true);
+        Arc::new(t.build().unwrap())
+    }
+
+    /// Any other limit of `rate` tokens/s with a 1 s burst on `c`.
+    fn user(rate: u64, c: &Arc<ManualClock>) -> Arc<Throttler> {
+        let clock: Arc<dyn Clock> = c.clone();
+        Arc::new(Throttler::builder(rate).clock(clock).build().unwrap())
+    }
+
+    fn file() -> Arc<UringFile> {
+        UringFile::new(tempfile::tempfile().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn only_buffered_reads_charged_to_a_block_device_are_probed() {
+        let c = clock();
+        let disk: ThrottlePtr = disk(1000, &c);
+        let user: ThrottlePtr = user(1000, &c);
+        let f = file();
+        let on = Policy::default();
+        assert_eq!(on.route(Op::Read, &f, Some(&disk)), Route::Probe);
+        assert_eq!(on.route(Op::Write, &f, Some(&disk)), Route::Device);
+        assert_eq!(on.route(Op::Read, &f, Some(&user)), Route::Device);
+        assert_eq!(on.route(Op::Read, &f, None), Route::Device);
+        let off = Policy {
+            detect_page_cache: false,
+            ..Policy::default()
+        };
+        assert_eq!(off.route(Op::Read, &f, Some(&disk)), Route::Device);
+    }
+
+    #[test]
+    fn what_a_file_taught_us_routes_its_reads() {
+        let c = clock();
+        let disk: ThrottlePtr = disk(1000, &c);
+        let f = file();
+        f.set_nowait_mode(after_nowait_unsupported(Ok(true)));
+        assert_eq!(
+            Policy::default().route(Op::Read, &f, Some(&disk)),
+            Route::PageCache
+        );
+        f.set_nowait_mode(after_nowait_unsupported(Ok(false)));
+        assert_eq!(
+            Policy::default().route(Op::Read, &f, Some(&disk)),
+            Route::Device
+        );
+        assert_eq!(
+            after_nowait_unsupported(Err(io::Error::from_raw_os_error(libc::ENOSYS))),
+            NowaitMode::Unsupported,
+            "an unknown filesystem is charged as disk"
+        );
+    }
+
+    #[test]
+    fn the_guard_engages_when_a_block_device_bucket_cannot_cover_the_bytes() {
+        let c = clock();
+        let disk = disk(1000, &c);
+        let tokens = u64::try_from(disk.tokens_nano() / NANO_PER_TOKEN).unwrap();
+        assert!(tokens > 0, "a fresh bucket holds its burst");
+        let chain: ThrottlePtr = disk.clone();
+        let on = Policy::default();
+        assert!(!on.guard_engaged(Some(&chain), tokens));
+        assert!(on.guard_engaged(Some(&chain), tokens + 1));
+        assert!(!on.guard_engaged(None, u64::MAX >> 32));
+        let off = Policy {
+            disk_rate_guard: false,
+            ..Policy::default()
+        };
+        assert!(!off.guard_engaged(Some(&chain), tokens + 1));
+        // A bucket in debt engages the guard for any read.
+        disk.reserve(2 * tokens, UNLIMITED_BLOCK, 0, Source::Device)
+            .unwrap();
+        assert!(on.guard_engaged(Some(&chain), 1));
+        // Only block-device limits count.
+        let user: ThrottlePtr = user(1000, &c);
+        user.reserve(2 * tokens, UNLIMITED_BLOCK, 0, Source::Device)
+            .unwrap();
+        assert!(!on.guard_engaged(Some(&user), 1));
+    }
+
+    #[test]
+    fn pages_spanned_counts_every_touched_page() {
+        assert_eq!(pages_spanned(0, 0), 0);
+        assert_eq!(pages_spanned(0, 1), 1);
+        assert_eq!(pages_spanned(0, PAGE), 1);
+        assert_eq!(pages_spanned(0, PAGE + 1), 2);
+        assert_eq!(pages_spanned(PAGE - 1, 2), 2);
+        assert_eq!(pages_spanned(3 * PAGE, 2 * PAGE), 2);
+    }
+
+    #[test]
+    fn only_a_fully_cached_range_is_page_cache() {
+        let cached = |nr_cache| {
+            Ok(CacheStat {
+                nr_cache,
+                ..CacheStat::default()
+            })
+        };
+        assert_eq!(cachestat_route(cached(2), 100, PAGE), Route::PageCache);
+        assert_eq!(cachestat_route(cached(1), 100, PAGE), Route::Device);
+        assert_eq!(
+            cachestat_route(Err(io::Error::from_raw_os_error(libc::ENOSYS)), 0, 1),
+            Route::Device,
+            "without cachestat(2) a read is charged to the disk"
+        );
+    }
+
+    #[test]
+    fn booking_skips_the_block_device_for_page_cache_bytes_only() {
+        let c = clock();
+        let disk = disk(1000, &c);
+        let chain: ThrottlePtr = disk.clone();
+        assert_eq!(book(None, 10, Source::Device, UNLIMITED_BLOCK, 7), Ok(7));
+        assert_eq!(
+            book(Some(&chain), 0, Source::Device, UNLIMITED_BLOCK, 7),
+            Ok(7)
+        );
+        book(Some(&chain), 10, Source::PageCache, UNLIMITED_BLOCK, 0).unwrap();
+        assert_eq!((disk.count(), disk.counters().page_cache_amount), (0, 10));
+        book(Some(&chain), 10, Source::Device, UNLIMITED_BLOCK, 0).unwrap();
+        assert_eq!(disk.count(), 10);
+        // A charge past the bucket books the wait on top of `after_ns`.
+        let tokens = u64::try_from(disk.tokens_nano() / NANO_PER_TOKEN).unwrap();
+        let d = book(
+            Some(&chain),
+            tokens + 1000,
+            Source::Device,
+            UNLIMITED_BLOCK,
+            5,
+        )
+        .unwrap();
+        // Charged 5 ns from now, by when the bucket (below its burst) has
+        // refilled for 5 ns: the debt of 1000 tokens at 1000/s is repaid
+        // exactly 1 s from now.
+        assert_eq!(d, 1_000_000_000);
+    }
+}

@@ -1,0 +1,268 @@
+//! The fallback engine where io_uring is unavailable: [`PreadEngine`],
+//! ClickHouse's method — `preadv2(RWF_NOWAIT)`, then `pread` for the rest —
+//! charging after the read with the policy of `policy.rs` and sleeping with
+//! the CPU lease parked.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use slotring_throttle::{Source, ThrottlePtr, park_current_lease, sleep_abs_monotonic};
+
+use crate::counters::UringCounters;
+use crate::engine::IoEngine;
+use crate::error::{BufResult, UringError};
+use crate::file::UringFile;
+use crate::policy::{self, Op, Policy, Route};
+use crate::sys::{RealSyscalls, Syscalls};
+
+/// The fallback engine: `preadv2(RWF_NOWAIT)` then `pread` (ClickHouse's
+/// method), charging after the read and sleeping with the CPU lease parked.
+pub struct PreadEngine {
+    sys: Box<dyn Syscalls>,
+    policy: Policy,
+    counters: UringCounters,
+}
+
+impl std::fmt::Debug for PreadEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreadEngine")
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+/// Where the bytes of a read came from, as far as detection could tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Served {
+    /// The first `n` bytes from the page cache (a NOWAIT read), the rest
+    /// from the device.
+    CachedPrefix(usize),
+    /// All of it from memory (a memory filesystem, or a fully cached range
+    /// per `cachestat(2)`).
+    Memory,
+}
+
+impl PreadEngine {
+    /// On the real kernel.
+    pub fn new(policy: Policy) -> Self {
+        Self::on(policy, Box::new(RealSyscalls))
+    }
+
+    /// Every syscall through `sys` (feature `test-util`: fault injection).
+    #[cfg(feature = "test-util")]
+    pub fn with_syscalls(policy: Policy, sys: Box<dyn Syscalls>) -> Self {
+        Self::on(policy, sys)
+    }
+
+    pub(crate) fn on(policy: Policy, sys: Box<dyn Syscalls>) -> Self {
+        Self {
+            sys,
+            policy,
+            counters: UringCounters::default(),
+        }
+    }
+
+    /// Move the rest of a `len`-byte `op` at `offset`, from `done` on:
+    /// `call(sys, done)` makes one `preadv2`/`pwrite` of what remains. Stops
+    /// when all is moved or, reading, at EOF; retries `EINTR`/`EAGAIN`.
+    fn transfer(
+        &mut self,
+        op: Op,
+        offset: u64,
+        len: usize,
+        mut done: usize,
+        mut call: impl FnMut(&mut dyn Syscalls, usize) -> io::Result<usize>,
+    ) -> Result<usize, UringError> {
+        while done < len {
+            let failed = |source| UringError::Io {
+                op,
+                offset: offset + done as u64,
+                len: (len - done) as u64,
+                source,
+            };
+            match call(self.sys.as_mut(), done) {
+                Ok(0) if op == Op::Read => break,
+                Ok(0) => return Err(failed(io::Error::from(io::ErrorKind::WriteZero))),
+                Ok(n) => {
+                    done += n;
+                    if done < len {
+                        self.counters.short_reads += 1;
+                    }
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) => {
+                    self.counters.resubmits += 1;
+                }
+                Err(source) => return Err(failed(source)),
+            }
+        }
+        Ok(done)
+    }
+
+    /// One `RWF_NOWAIT` read of `buf` at `offset` (ClickHouse's probe).
+    fn probe(
+        &mut self,
+        file: &UringFile,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<Served, UringError> {
+        let fd = file.fd();
+        let len = buf.len();
+        loop {
+            match self.sys.preadv2(fd, buf, offset, libc::RWF_NOWAIT) {
+                Ok(n) => {
+                    if n > 0 && n < len {
+                        self.counters.nowait_misses += 1;
+                    }
+                    return Ok(Served::CachedPrefix(n));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => {
+                    self.counters.nowait_misses += 1;
+                    return Ok(Served::CachedPrefix(0));
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
+                    self.counters.resubmits += 1;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    let mode = policy::after_nowait_unsupported(self.sys.fs_is_memory(fd));
+                    file.set_nowait_mode(mode);
+                    return Ok(match Route::from(mode) {
+                        Route::PageCache => Served::Memory,
+                        Route::Device | Route::Probe => Served::CachedPrefix(0),
+                    });
+                }
+                Err(source) => {
+                    return Err(UringError::Io {
+                        op: Op::Read,
+                        offset,
+                        len: len as u64,
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    fn read_inner(
+        &mut self,
+        file: &Arc<UringFile>,
+        buf: &mut [u8],
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+    ) -> Result<usize, UringError> {
+        let fd = file.fd();
+        let len = buf.len();
+        if len == 0 {
+            return Ok(0);
+        }
+        let served = match self.policy.route(Op::Read, file, throttle) {
+            Route::Device => Served::CachedPrefix(0),
+            Route::PageCache => Served::Memory,
+            Route::Probe if self.policy.guard_engaged(throttle, len as u64) => {
+                self.counters.cachestat_checks += 1;
+                let stat = self.sys.cachestat(fd, offset, len as u64);
+                match policy::cachestat_route(stat, offset, len as u64) {
+                    Route::PageCache => Served::Memory,
+                    Route::Device | Route::Probe => Served::CachedPrefix(0),
+                }
+            }
+            Route::Probe => match self.probe(file, buf, offset)? {
+                // At or past the known end (where even a memory file
+                // answers nothing), nothing is charged as page cache.
+                Served::Memory if file.size_hint() <= offset => Served::CachedPrefix(0),
+                served => served,
+            },
+        };
+        let from_cache = match served {
+            Served::CachedPrefix(n) => n,
+            Served::Memory => 0,
+        };
+        // The rest without NOWAIT, until full or EOF.
+        let done = self.transfer(Op::Read, offset, len, from_cache, |sys, done| {
+            sys.preadv2(fd, &mut buf[done..], offset + done as u64, 0)
+        })?;
+        let (pc, disk) = match served {
+            Served::Memory => (done, 0),
+            Served::CachedPrefix(n) => (n, done - n),
+        };
+        if pc > 0 {
+            self.counters.page_cache_hits += 1;
+            self.counters.page_cache_bytes += pc as u64;
+        }
+        self.charge(throttle, max_block, pc as u64, disk as u64)?;
+        self.counters.reads += 1;
+        self.counters.read_bytes += done as u64;
+        Ok(done)
+    }
+
+    /// Book `pc` page-cache bytes, then `disk` device bytes after them, and
+    /// sleep the total delay with the CPU lease parked.
+    fn charge(
+        &mut self,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+        pc: u64,
+        disk: u64,
+    ) -> Result<(), UringError> {
+        let delay = policy::book(throttle, pc, Source::PageCache, max_block, 0)?;
+        let delay = policy::book(throttle, disk, Source::Device, max_block, delay)?;
+        if delay > 0 {
+            self.counters.waits_submitted += 1;
+            self.counters.wait_us += delay / 1_000;
+            let _lease = park_current_lease();
+            sleep_abs_monotonic(delay).map_err(|e| UringError::Ring {
+                what: "clock_nanosleep",
+                source: io::Error::from(e),
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl IoEngine for PreadEngine {
+    fn read_at(
+        &mut self,
+        file: &Arc<UringFile>,
+        mut buf: Vec<u8>,
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+    ) -> BufResult<usize, Vec<u8>> {
+        let r = self.read_inner(file, &mut buf, offset, throttle, max_block);
+        (r, buf)
+    }
+
+    fn write_at(
+        &mut self,
+        file: &Arc<UringFile>,
+        buf: Vec<u8>,
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+    ) -> BufResult<usize, Vec<u8>> {
+        let fd = file.fd();
+        let written = self.transfer(Op::Write, offset, buf.len(), 0, |sys, done| {
+            sys.pwrite(fd, &buf[done..], offset + done as u64)
+        });
+        let done = match written {
+            Ok(done) => done,
+            Err(e) => return (Err(e), buf),
+        };
+        file.grow_to(offset + done as u64);
+        if let Err(e) = self.charge(throttle, max_block, 0, done as u64) {
+            return (Err(e), buf);
+        }
+        self.counters.writes += 1;
+        self.counters.write_bytes += done as u64;
+        (Ok(done), buf)
+    }
+
+    fn counters(&self) -> UringCounters {
+        self.counters
+    }
+
+    fn kind(&self) -> &'static str {
+        "pread"
+    }
+}
