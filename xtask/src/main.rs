@@ -1,7 +1,9 @@
 //! `cargo xtask`: one small binary for the project's chores (matklad's xtask).
 //!
-//! * `ci` — everything CI runs: fmt check, clippy with `-D warnings`, the test
-//!   suite, the loom models, and staleness checks of committed generated files.
+//! * `ci` — everything CI runs: first the Debian packages the checks need
+//!   (installed as root, else the install line; see `deps.rs`), then fmt
+//!   check, clippy with `-D warnings`, the test suite, the loom models, and
+//!   staleness checks of committed generated files.
 //! * `bench <suite>` — run one benchmark suite (ours and baselines side by
 //!   side); it prints a table and writes `target/bench/<suite>.json`.
 
@@ -11,6 +13,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod deps;
 mod ebpf;
 mod suites;
 
@@ -77,6 +80,7 @@ pub(crate) fn run(root: &Path, program: &str, args: &[&str], envs: &[(&str, &str
 }
 
 fn ci(root: &Path, no_loom: bool) -> Result<()> {
+    deps::ensure(&mut deps::Host, deps::PACKAGES)?;
     run(root, "cargo", &["fmt", "--all", "--", "--check"], &[])?;
     suites::ci_generated_checks(root)?;
     run(
