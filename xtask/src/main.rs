@@ -4,6 +4,7 @@
 //!   (installed as root, else the install line; see `deps.rs`), then fmt
 //!   check, clippy with `-D warnings`, the test suite, the loom models, and
 //!   staleness checks of committed generated files.
+//! * `deps` — only that first step of `ci`.
 //! * `bench <suite>` — run one benchmark suite (ours and baselines side by
 //!   side); it prints a table and writes `target/bench/<suite>.json`.
 
@@ -32,6 +33,9 @@ enum Cmd {
         #[arg(long)]
         no_loom: bool,
     },
+    /// Check the Debian packages the checks need; as root, install the
+    /// missing ones (the first step of `ci`).
+    Deps,
     /// Run a benchmark suite: `throttle`, `slots`, `uring`, `bpf`, `e2e`.
     Bench {
         /// The suite name.
@@ -50,6 +54,7 @@ fn main() -> Result<()> {
     let root = workspace_root();
     match cli.cmd {
         Cmd::Ci { no_loom } => ci(&root, no_loom),
+        Cmd::Deps => deps::ensure(&mut deps::Host, deps::PACKAGES),
         Cmd::Bench { suite } => bench(&root, &suite),
         Cmd::BuildEbpf { check } => suites::build_ebpf(&root, check),
     }
