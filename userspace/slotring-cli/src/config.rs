@@ -65,6 +65,106 @@ pub enum ConfigError {
         /// The error.
         source: toml::de::Error,
     },
+    /// A `SLOTRING_` environment variable that names no setting.
+    #[error("unknown environment variable {name} (settings: {known})")]
+    UnknownVariable {
+        /// The variable (lossily decoded).
+        name: String,
+        /// The variables that are settings.
+        known: String,
+    },
+    /// A setting's environment variable whose value is not UTF-8.
+    #[error("environment variable {name}: the value is not UTF-8")]
+    NotUtf8 {
+        /// The variable.
+        name: String,
+    },
+    /// `--listen` on an address other hosts can reach, without
+    /// `--allow-remote`.
+    #[error("refusing --listen {addr}: not a loopback address (pass --allow-remote to allow it)")]
+    RemoteListen {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// `--plot` names a file that cannot be written.
+    #[error("invalid value `{}` for --plot: cannot write there", .path.display())]
+    Plot {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// `SLOTRING_` variables of this workspace that are not settings of `run`
+/// and that the command therefore accepts (and ignores): where the
+/// benchmarks write their JSON (set by `cargo xtask bench`, read by
+/// `slotring-benchkit`), and the io_uring benchmark's debug switch.
+pub const NOT_SETTINGS: &[&str] = &["SLOTRING_BENCH_DIR", "SLOTRING_URING_DEBUG"];
+
+/// Check every `SLOTRING_`-prefixed variable of `vars` (the environment):
+/// each must be a setting's variable or one of [`NOT_SETTINGS`], and a
+/// setting's value must be UTF-8. The first bad one is the error.
+pub fn check_environment(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Result<(), ConfigError> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let settings: Vec<String> = RunConfig::declared()
+        .get_arguments()
+        .filter_map(|a| a.get_env().map(|v| v.to_string_lossy().into_owned()))
+        .collect();
+    for (name, value) in vars {
+        if !name.as_bytes().starts_with(b"SLOTRING_") {
+            continue;
+        }
+        let lossy = name.to_string_lossy().into_owned();
+        if NOT_SETTINGS.contains(&lossy.as_str()) {
+            continue;
+        }
+        if !settings.contains(&lossy) {
+            return Err(ConfigError::UnknownVariable {
+                name: lossy,
+                known: settings.join(", "),
+            });
+        }
+        if value.to_str().is_none() {
+            return Err(ConfigError::NotUtf8 { name: lossy });
+        }
+    }
+    Ok(())
+}
+
+/// Refuse a non-loopback `--listen` unless `allow_remote` (`run` and
+/// `exporter` alike, before they start).
+pub fn check_listen(addr: Option<SocketAddr>, allow_remote: bool) -> Result<(), ConfigError> {
+    match addr {
+        Some(addr) if !allow_remote && !addr.ip().is_loopback() => {
+            Err(ConfigError::RemoteListen { addr })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Check, before the run, that the plot can be written at `path`: its
+/// directory exists and is writable, and the path is not a directory or a
+/// file this user cannot write.
+pub fn check_plot_path(path: &Path) -> Result<(), ConfigError> {
+    use nix::unistd::{AccessFlags, access};
+    let fail = |source: std::io::Error| ConfigError::Plot {
+        path: path.to_owned(),
+        source,
+    };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    access(dir, AccessFlags::W_OK | AccessFlags::X_OK).map_err(|e| fail(e.into()))?;
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Err(fail(std::io::ErrorKind::IsADirectory.into())),
+        Ok(_) => access(path, AccessFlags::W_OK).map_err(|e| fail(e.into())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(fail(e)),
+    }
 }
 
 /// Where a rejected value came from.
@@ -376,12 +476,15 @@ fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error>
 
 // The value parsers. Each trims its input and says what it expected.
 
-const BYTES_S: Expected = Expected("bytes per second, e.g. 64MiB or 50000000 (0 = unlimited)");
+const BYTES_S: Expected =
+    Expected("bytes per second below 64TiB, e.g. 64MiB or 50000000 (0 = unlimited)");
 const DUR: Expected = Expected("a duration, e.g. 10s, 500ms, 1.5s");
 
 /// Bytes per second (0 = unlimited).
 pub fn bandwidth(s: &str) -> Result<u64, Expected> {
-    parse_bytes(s.trim()).ok_or(BYTES_S)
+    parse_bytes(s.trim())
+        .filter(|b| *b <= slotring::throttle::MAX_RATE)
+        .ok_or(BYTES_S)
 }
 
 /// A non-negative integer.
@@ -670,6 +773,38 @@ mod tests {
         );
         let cause = std::error::Error::source(&e).unwrap().to_string();
         assert_eq!(cause, "expected true or false");
+    }
+
+    #[test]
+    fn slotring_variables_are_checked() {
+        use std::ffi::OsString;
+        use std::os::unix::ffi::OsStringExt as _;
+        let var = |n: &str, v: &[u8]| (OsString::from(n), OsString::from_vec(v.to_vec()));
+        assert!(
+            check_environment([
+                var("SLOTRING_DURATION", b"1s"),
+                var("SLOTRING_BENCH_DIR", b"\xff"),
+                var("PATH", b"\xff"),
+            ])
+            .is_ok()
+        );
+        let e = check_environment([var("SLOTRING_DURATON", b"1s")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("unknown environment variable SLOTRING_DURATON"),
+            "{e}"
+        );
+        let e = check_environment([var("SLOTRING_SCANS", b"\xff")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "environment variable SLOTRING_SCANS: the value is not UTF-8"
+        );
+    }
+
+    #[test]
+    fn rates_the_throttler_cannot_hold_are_refused() {
+        assert_eq!(bandwidth("64TiB"), Err(BYTES_S));
+        assert_eq!(bandwidth("63TiB"), Ok(63 << 40));
     }
 
     #[test]

@@ -65,9 +65,8 @@ pub enum ServeError {
         /// The rejected address.
         addr: SocketAddr,
     },
-    /// `bind` failed. (The message carries the OS error too: `run` prints
-    /// this error without its chain.)
-    #[error("cannot listen on {addr}: {source}")]
+    /// `bind` failed.
+    #[error("cannot listen on {addr}")]
     Bind {
         /// The address.
         addr: SocketAddr,

@@ -7,6 +7,7 @@
 //! carries none of this (no clap, no workload, no report).
 #![forbid(unsafe_code)]
 
+pub mod abort;
 pub mod config;
 pub mod http;
 pub mod plot;
@@ -14,3 +15,17 @@ pub mod report;
 pub mod stats;
 pub mod verify;
 pub mod workload;
+
+/// `e` and its causes (`source()` chain), joined by `: `: for warnings that
+/// print an error without `anyhow` (each cause once, since no message
+/// formats its source).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
+}

@@ -7,11 +7,11 @@
 //! | code | meaning |
 //! | --- | --- |
 //! | 0 | success (`verify`: verdict PASS) |
-//! | 1 | runtime error (message on stderr) |
-//! | 2 | bad command line, setting or config file (the message names the option and the value) |
+//! | 1 | runtime error, message on stderr (`run`: also a plot that cannot be written or data file reads that failed or came back short, after the report) |
+//! | 2 | bad command line, setting, `SLOTRING_` variable or config file, a non-loopback `--listen` without `--allow-remote`, an unwritable `--plot` (the message names the option or variable and the value; nothing ran) |
 //! | 3 | the kernel verdict is FAIL: a parked thread used CPU |
 //! | 4 | nothing to read or verify: no pinned maps, no permission, or no probes (`verify`: UNVERIFIED) |
-//! | 130 | interrupted by Ctrl-C / SIGTERM (`run` still prints its report and cleans up) |
+//! | 130 | interrupted by Ctrl-C / SIGTERM (`run` still prints its report and cleans up; a second one exits at once, still removing the data file and the pins) |
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -31,7 +31,7 @@ use slotring_cli::http::{DEFAULT_LISTEN, MetricsServer, render_registry};
 use slotring_cli::report::KernelVerdict;
 use slotring_cli::stats::StatsView;
 use slotring_cli::verify::{Outcome, Window};
-use slotring_cli::workload::{RunOptions, run};
+use slotring_cli::workload::{RunError, RunOptions, run};
 
 const EXIT_ERROR: u8 = 1;
 const EXIT_USAGE: u8 = 2;
@@ -155,7 +155,8 @@ struct VerifyArgs {
 }
 
 /// Block SIGINT/SIGTERM in every thread and turn them into a stop flag; a
-/// second signal exits at once.
+/// second signal exits at once, after the registered cleanups (the data
+/// file and the pins: [`slotring_cli::abort`]).
 fn install_stop() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut set = SigSet::empty();
@@ -173,6 +174,8 @@ fn install_stop() -> Arc<AtomicBool> {
                         s.store(true, Ordering::Relaxed);
                         first = false;
                     } else {
+                        slotring_cli::abort::run_all();
+                        eprintln!("slotring: {sig} again, aborted (data file and pins removed)");
                         std::process::exit(i32::from(EXIT_INTERRUPTED));
                     }
                 }
@@ -201,6 +204,10 @@ fn main() -> ExitCode {
             };
         }
     };
+    // Every `SLOTRING_` name is checked, whatever the command.
+    if let Err(e) = config::check_environment(std::env::vars_os()) {
+        return fail(e.into());
+    }
     let stop = install_stop();
     let result = match cli.command {
         Cmd::Run(args) => {
@@ -223,6 +230,9 @@ fn fail(e: anyhow::Error) -> ExitCode {
     eprintln!("slotring: error: {e:#}");
     ExitCode::from(if e.downcast_ref::<ConfigError>().is_some() {
         EXIT_USAGE
+    } else if let Some(RunError::Throttler { .. }) = e.downcast_ref::<RunError>() {
+        // A setting the throttler refuses is a bad setting.
+        EXIT_USAGE
     } else if e.downcast_ref::<PinnedError>().is_some() {
         EXIT_NOTHING
     } else {
@@ -234,6 +244,11 @@ fn cmd_run(args: RunArgs, given: &clap::ArgMatches, stop: Arc<AtomicBool>) -> Re
     let file = args.config.as_deref().map(ConfigFile::read).transpose()?;
     let mut cfg = args.settings;
     cfg.overlay(given, &|v| std::env::var(v).ok(), file.as_ref())?;
+    // Refused now rather than after the run.
+    config::check_listen(cfg.listen, args.allow_remote)?;
+    if let Some(path) = &args.plot {
+        config::check_plot_path(path)?;
+    }
     let opts = RunOptions {
         progress: !args.no_progress,
         stop,
@@ -250,17 +265,39 @@ fn cmd_run(args: RunArgs, given: &clap::ArgMatches, stop: Arc<AtomicBool>) -> Re
         }
         Err(e) => return Err(e.into()),
     };
-    if let Some(path) = &args.plot {
-        std::fs::write(path, slotring_cli::plot::svg(&report))
-            .with_context(|| format!("writing the plot to {}", path.display()))?;
-        eprintln!("slotring: plot written to {}", path.display());
-    }
+    // The report first: nothing after the run can lose it.
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer_pretty(&mut out, &report)?;
         writeln!(out)?;
     } else {
         write!(out, "{report}")?;
+    }
+    out.flush()?;
+    drop(out);
+    if let Some(path) = &args.plot {
+        std::fs::write(path, slotring_cli::plot::svg(&report)).with_context(|| {
+            format!(
+                "writing the plot to {} (the report is above)",
+                path.display()
+            )
+        })?;
+        eprintln!("slotring: plot written to {}", path.display());
+    }
+    if report.io.reads_failed() {
+        let end = match report.data_file.size_at_end_bytes {
+            Some(n) if n < report.data_file.size_bytes => {
+                format!(", truncated to {n} bytes during the run")
+            }
+            None => ", removed or replaced during the run".to_owned(),
+            Some(_) => String::new(),
+        };
+        anyhow::bail!(
+            "data file {}: {} read errors, {} short reads{end}: the report above did not read what it measured",
+            report.data_file.path,
+            report.io.read_errors,
+            report.io.short_reads
+        );
     }
     Ok(if report.interrupted {
         EXIT_INTERRUPTED
@@ -303,6 +340,7 @@ fn cmd_stats(args: &StatsArgs, stop: &AtomicBool) -> Result<u8> {
 }
 
 fn cmd_exporter(args: &ExporterArgs, stop: &AtomicBool) -> Result<u8> {
+    config::check_listen(Some(args.listen), args.allow_remote)?;
     let dir = &args.pins.pin_dir;
     let maps = PinnedMaps::new(dir.clone());
     if let Err(e) = maps.slots() {

@@ -109,8 +109,11 @@ pub struct DataFile {
     pub size_bytes: u64,
     /// Filesystem type (`ext4`, `xfs`, `tmpfs`, …).
     pub filesystem: String,
-    /// Seconds spent creating it (0 when reused).
+    /// Seconds spent creating it.
     pub create_s: f64,
+    /// Its size just before removal, when the path still named the file
+    /// this run created (`None`: gone or replaced).
+    pub size_at_end_bytes: Option<u64>,
     /// Whether it was kept.
     pub kept: bool,
 }
@@ -168,6 +171,21 @@ pub struct IoReport {
     pub waits: u64,
     /// Booked wait, seconds.
     pub wait_s: f64,
+    /// Reads that failed (the engine returned an error).
+    pub read_errors: u64,
+    /// Reads that ended before the data file's expected end (it got
+    /// shorter during the run).
+    pub short_reads: u64,
+    /// The first failed read and its cause.
+    pub first_read_error: Option<String>,
+}
+
+impl IoReport {
+    /// Whether some read failed or came back short: the run did not read
+    /// what it measured.
+    pub fn reads_failed(&self) -> bool {
+        self.read_errors > 0 || self.short_reads > 0
+    }
 }
 
 /// CPU slots.
@@ -393,6 +411,15 @@ impl fmt::Display for Report {
                 ", removed"
             }
         )?;
+        if let Some(end) = self.data_file.size_at_end_bytes
+            && end != self.data_file.size_bytes
+        {
+            writeln!(
+                f,
+                "  the data file was {end} bytes at the end, not {}",
+                self.data_file.size_bytes
+            )?;
+        }
         writeln!(f, "\nthrottlers (achieved vs configured):")?;
         writeln!(
             f,
@@ -436,6 +463,19 @@ impl fmt::Display for Report {
             self.io.waits,
             self.io.wait_s
         )?;
+        if self.io.reads_failed() {
+            writeln!(
+                f,
+                "  FAILED READS: {} errors, {} short reads (end of file before {:.0} MiB){}",
+                self.io.read_errors,
+                self.io.short_reads,
+                mib(self.data_file.size_bytes as f64),
+                self.io
+                    .first_read_error
+                    .as_ref()
+                    .map_or(String::new(), |e| format!("; first error: {e}"))
+            )?;
+        }
         let s = &self.slots;
         writeln!(
             f,

@@ -7,7 +7,7 @@ use std::time::Instant;
 use slotring::bpf::{ProbeStatus, SlotringBpf, Verdict, VerifyConfig};
 use slotring::throttle::Throttler;
 
-use super::counters::{io_report, slots_report, throttle_report};
+use super::counters::{FailedReads, io_report, slots_report, throttle_report};
 use super::lock;
 use super::sampler::Sampled;
 use super::workers::Live;
@@ -56,11 +56,25 @@ pub(super) fn report(f: Finished<'_>) -> Report {
         elapsed_s: f.elapsed_s,
         interrupted: f.interrupted,
         throttlers: vec![
-            throttle_report(f.read, f.elapsed_s),
+            {
+                // The read throttler's waits include the debt the queries
+                // paid before a read (see `waits::pay_debt`).
+                let mut r = throttle_report(f.read, f.elapsed_s);
+                r.wait_s += live.debt_wait_ns.load(Ordering::Relaxed) as f64 / 1e9;
+                r
+            },
             throttle_report(f.write, f.data_file.create_s),
         ],
         data_file: f.data_file,
-        io: io_report(&live.engines.total(), live.engines.choice()),
+        io: io_report(
+            &live.engines.total(),
+            live.engines.choice(),
+            FailedReads {
+                errors: live.read_errors.load(Ordering::Relaxed),
+                short: live.short_reads.load(Ordering::Relaxed),
+                first: lock(&live.first_read_error).clone(),
+            },
+        ),
         slots: slots_report(&live.cc.counters(), cfg),
         fairness: FairnessReport {
             jain_scans: jain(&scan_means),
@@ -143,7 +157,7 @@ pub(super) fn kernel_report(bpf: Option<&SlotringBpf>, probes_wanted: bool) -> K
             r.attached = true;
             r.attach_mode = Some(m);
         }
-        ProbeStatus::Degraded(e) => r.reason = Some(e.to_string()),
+        ProbeStatus::Degraded(e) => r.reason = Some(crate::error_chain(e)),
     }
     let tids = bpf.threads();
     r.threads = tids.len() as u64;
@@ -183,7 +197,7 @@ pub(super) fn kernel_report(bpf: Option<&SlotringBpf>, probes_wanted: bool) -> K
                 }
             }
         }
-        Err(e) => r.reason = Some(format!("verification failed: {e}")),
+        Err(e) => r.reason = Some(format!("verification failed: {}", crate::error_chain(&e))),
     }
     if r.attached && r.parks == 0 {
         // Nothing parked: nothing was verified (e.g. lease parking off).

@@ -11,7 +11,7 @@ use crate::config::RunConfig;
 use crate::report::{IoReport, SlotsReport, ThrottlerReport};
 
 /// The engine section of the report.
-pub(super) fn io_report(uring: &UringCounters, choice: Choice) -> IoReport {
+pub(super) fn io_report(uring: &UringCounters, choice: Choice, failed: FailedReads) -> IoReport {
     IoReport {
         engine: choice.engine,
         fallback_reason: choice.fallback_reason,
@@ -24,7 +24,20 @@ pub(super) fn io_report(uring: &UringCounters, choice: Choice) -> IoReport {
         cachestat_checks: uring.cachestat_checks,
         waits: uring.waits_submitted,
         wait_s: uring.wait_us as f64 / 1e6,
+        read_errors: failed.errors,
+        short_reads: failed.short,
+        first_read_error: failed.first,
     }
+}
+
+/// The workload's own read failure counts (the engine's counters have none).
+pub(super) struct FailedReads {
+    /// Reads that returned an error.
+    pub errors: u64,
+    /// Reads that came back short.
+    pub short: u64,
+    /// The first error.
+    pub first: Option<String>,
 }
 
 /// The CPU slot section of the report.

@@ -66,8 +66,9 @@ impl Engines {
         if let Some(err) = why_not
             && choice.fallback_reason.is_none()
         {
-            eprintln!("slotring: io_uring unavailable, using pread: {err}");
-            choice.fallback_reason = Some(err.to_string());
+            let why = crate::error_chain(&err);
+            eprintln!("slotring: io_uring unavailable, using pread: {why}");
+            choice.fallback_reason = Some(why);
         }
         (id, engine)
     }

@@ -35,6 +35,7 @@ mod engines;
 mod progress;
 mod sampler;
 mod setup;
+mod waits;
 mod workers;
 
 use std::path::PathBuf;
@@ -43,13 +44,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use slotring::slots::SlotsError;
-use slotring::throttle::{ThrottleError, ThrottlePtr};
+use slotring::throttle::ThrottleError;
 use slotring::uring::UringError;
 
 use crate::config::RunConfig;
 use crate::report::{DataFile, Report};
 
 pub use setup::default_dir;
+pub use waits::STOP_BOUND;
 pub use workers::cpu_work;
 
 /// What can stop `slotring run`.
@@ -89,9 +91,11 @@ pub enum RunError {
         /// The file.
         path: PathBuf,
     },
-    /// A throttler setting was refused.
-    #[error("configuring throttler {name}")]
+    /// A throttler refused a setting (a bad setting: exit code 2).
+    #[error("--{option}: throttler {name} refuses the value")]
     Throttler {
+        /// The option that set it.
+        option: &'static str,
         /// The throttler.
         name: &'static str,
         /// Why.
@@ -137,21 +141,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// (plus creating the data file).
 pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let stop = opts.stop.clone();
-    let data = setup::DataDir::prepare(cfg)?;
+    let mut data = setup::DataDir::prepare(cfg)?;
     let (read, write) = setup::throttlers(cfg)?;
     let cc = setup::slots(cfg);
     // Kernel probes before any query thread reports a lease state.
-    let bpf = setup::probes(cfg);
+    let (bpf, unpin_on_abort) = setup::probes(cfg);
     let mut progress = progress::Progress::new(opts.progress);
     let engines = engines::Engines::new(cfg.engine);
 
     // 1. The data file.
     let t_create = Instant::now();
-    let write_ptr: ThrottlePtr = write.clone();
+    let created = data.take_file().expect("prepare created the data file");
     let file = setup::create_data_file(
         cfg,
+        created,
         &data.path,
-        &write_ptr,
+        &write,
         &engines,
         &stop,
         &progress.data_file(cfg.file_size),
@@ -191,10 +196,12 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
 
     // 4. Report.
     let kernel = assemble::kernel_report(bpf.as_ref(), cfg.probes);
+    drop(unpin_on_abort);
     drop(bpf); // detaches the probes and removes the pins
     let data_file = DataFile {
         path: data.path.display().to_string(),
         size_bytes: cfg.file_size,
+        size_at_end_bytes: data.size_now(),
         filesystem: data.filesystem.name.clone(),
         create_s,
         kept: cfg.keep,

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+use prometheus::IntCounter;
 use slotring::bpf::{SlotringBpf, ThrottleStats};
 use slotring::metrics::SlotringCollector;
 use slotring::pinned::{self, ThreadState};
@@ -18,9 +19,39 @@ use super::{SAMPLE_PERIOD, lock};
 use crate::http::{MetricsServer, render_registry};
 use crate::report::{QueryKind, Timeline, jain};
 
-/// The latest snapshot, which `/metrics` renders.
-#[derive(Default, Clone)]
-pub(super) struct Published(Arc<Mutex<Snapshot>>);
+/// The latest snapshot, which `/metrics` renders, and the run's own read
+/// failure counters (the library's counter sets have no such field: they
+/// are the workload's, `slotring_run_*`).
+#[derive(Clone)]
+pub(super) struct Published(Arc<Mutex<Snapshot>>, RunReads);
+
+/// `slotring_run_read_errors_total`, `slotring_run_short_reads_total`.
+#[derive(Clone)]
+struct RunReads {
+    errors: IntCounter,
+    short: IntCounter,
+}
+
+impl Default for Published {
+    fn default() -> Self {
+        let counter = |name: &str, help: &str| {
+            IntCounter::new(name, help).expect("a valid metric name and help")
+        };
+        Self(
+            Arc::default(),
+            RunReads {
+                errors: counter(
+                    "slotring_run_read_errors_total",
+                    "Reads of slotring run's data file that failed",
+                ),
+                short: counter(
+                    "slotring_run_short_reads_total",
+                    "Reads of slotring run's data file that ended before its expected end (the file got shorter)",
+                ),
+            },
+        )
+    }
+}
 
 impl Published {
     /// Serve `/metrics` from this snapshot at `addr`; says where, or why
@@ -31,6 +62,11 @@ impl Published {
         registry
             .register(Box::new(SlotringCollector::new(move || lock(&s).clone())))
             .expect("a fresh registry has no clashing names");
+        for c in [&self.1.errors, &self.1.short] {
+            registry
+                .register(Box::new(c.clone()))
+                .expect("slotring_run_* names are not the collector's");
+        }
         match MetricsServer::start(addr, allow_remote, render_registry(registry)) {
             Ok(srv) => {
                 // The bound address (`--listen 127.0.0.1:0` picks a port).
@@ -41,7 +77,7 @@ impl Published {
                 Some(srv)
             }
             Err(e) => {
-                eprintln!("slotring: not serving /metrics: {e}");
+                eprintln!("slotring: not serving /metrics: {}", crate::error_chain(&e));
                 None
             }
         }
@@ -187,6 +223,14 @@ impl<'a> Sampler<'a> {
             }
             b.publish_slots(&slots);
             b.publish_uring(&uring);
+        }
+        // Counters only go up; the sampler is their only writer.
+        let reads = &self.published.1;
+        for (c, v) in [
+            (&reads.errors, &live.read_errors),
+            (&reads.short, &live.short_reads),
+        ] {
+            c.inc_by(v.load(Ordering::Relaxed).saturating_sub(c.get()));
         }
         *lock(&self.published.0) = Snapshot {
             throttlers,

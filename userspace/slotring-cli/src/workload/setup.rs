@@ -1,7 +1,8 @@
 //! Everything a run needs before its first query: the data directory and
 //! file, the throttlers, the CPU slot budget and the kernel probes.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,8 +18,10 @@ use super::RunError;
 use super::engines::Engines;
 use crate::config::RunConfig;
 
-/// The longest a single read or write waits on a throttle level.
-pub(super) const MAX_BLOCK: Duration = Duration::from_secs(30);
+/// The longest a single read or write waits on a throttle level inside the
+/// engine: a longer debt is waited out before the next IO, by
+/// [`super::waits::pay_debt`], which looks at the stop condition.
+pub(super) const MAX_BLOCK: Duration = Duration::from_millis(100);
 
 /// The default data directory: `$TMPDIR`, else `/var/tmp` (on a disk on
 /// most systems, unlike `/tmp` which is often tmpfs).
@@ -66,62 +69,263 @@ impl Filesystem {
     }
 }
 
-/// The data directory and the data file's path; removes the file on drop
-/// unless kept (also on error and Ctrl-C).
+/// The data directory and the data file this run created in it.
+///
+/// The file is created with `O_EXCL` (a fresh name when the first is
+/// taken: nothing that was there is ever opened for writing) and
+/// remembered by device and inode; on drop (also on error and Ctrl-C) it is
+/// removed unless kept, and only if the path still names that same file.
+/// Directories `prepare` had to create are removed again when empty; no
+/// other directory is ever removed. A second Ctrl-C runs the same file
+/// removal from the signal thread ([`crate::abort`]).
 pub(super) struct DataDir {
     /// The data file.
     pub path: PathBuf,
     /// The directory's filesystem.
     pub filesystem: Filesystem,
+    file: Option<File>,
+    id: FileId,
     keep: bool,
+    /// The directories this run created, outermost first.
+    created: Vec<PathBuf>,
+    abort: Option<crate::abort::Registered>,
 }
 
+/// A file's identity: device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(m: &std::fs::Metadata) -> Self {
+        Self {
+            dev: m.dev(),
+            ino: m.ino(),
+        }
+    }
+}
+
+/// Remove `path` if it is still the file `id` (not following a symlink).
+/// `Ok(false)`: something else is there now, left alone.
+fn remove_if_same(path: &Path, id: FileId) -> std::io::Result<bool> {
+    let m = std::fs::symlink_metadata(path)?;
+    if FileId::of(&m) != id {
+        return Ok(false);
+    }
+    std::fs::remove_file(path)?;
+    Ok(true)
+}
+
+/// How many names `prepare` tries before giving up.
+const NAME_TRIES: u32 = 100;
+
 impl DataDir {
-    /// Create the directory (`dir`, or [`default_dir`]) and name the data
-    /// file in it; warn when its reads would be memory.
+    /// Create the directory (`dir`, or [`default_dir`]) if missing, saying
+    /// so, and a fresh data file in it; warn when its reads would be memory.
     pub fn prepare(cfg: &RunConfig) -> Result<Self, RunError> {
         let dir = cfg.dir.clone().unwrap_or_else(default_dir);
-        std::fs::create_dir_all(&dir).map_err(|source| RunError::Dir {
+        let dir_err = |source| RunError::Dir {
             path: dir.clone(),
             source,
-        })?;
-        let filesystem = Filesystem::of(&dir);
-        if filesystem.in_memory {
+        };
+        let created = create_missing(&dir).map_err(dir_err)?;
+        if !created.is_empty() {
+            eprintln!(
+                "slotring: creating data directory {} (removed at the end if empty)",
+                dir.display()
+            );
+        }
+        let mut this = Self {
+            path: PathBuf::new(),
+            filesystem: Filesystem {
+                name: String::new(),
+                in_memory: false,
+            },
+            file: None,
+            id: FileId { dev: 0, ino: 0 },
+            keep: cfg.keep,
+            created,
+            abort: None,
+        };
+        // From here on, dropping `this` removes what it created.
+        let meta = std::fs::metadata(&dir).map_err(dir_err)?;
+        if !meta.is_dir() {
+            return Err(dir_err(std::io::ErrorKind::NotADirectory.into()));
+        }
+        this.filesystem = Filesystem::of(&dir);
+        if this.filesystem.in_memory {
             eprintln!(
                 "slotring: warning: {} is on {}: its reads are memory, not disk (use --dir on a real disk)",
                 dir.display(),
-                filesystem.name
+                this.filesystem.name
             );
         }
-        Ok(Self {
-            path: dir.join(format!("slotring-data-{}.bin", std::process::id())),
-            filesystem,
-            keep: cfg.keep,
-        })
+        let pid = std::process::id();
+        for n in 0..NAME_TRIES {
+            let name = if n == 0 {
+                format!("slotring-data-{pid}.bin")
+            } else {
+                format!("slotring-data-{pid}-{n}.bin")
+            };
+            let path = dir.join(name);
+            match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&path)
+            {
+                Ok(f) => {
+                    let m = f.metadata().map_err(|source| RunError::DataFile {
+                        path: path.clone(),
+                        op: "fstat",
+                        source,
+                    })?;
+                    this.id = FileId::of(&m);
+                    this.path = path;
+                    this.file = Some(f);
+                    break;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(RunError::DataFile {
+                        path,
+                        op: "create",
+                        source,
+                    });
+                }
+            }
+        }
+        if this.file.is_none() {
+            return Err(RunError::DataFile {
+                path: dir.join(format!("slotring-data-{pid}-*.bin")),
+                op: "create",
+                source: std::io::ErrorKind::AlreadyExists.into(),
+            });
+        }
+        eprintln!(
+            "slotring: data file {} ({})",
+            this.path.display(),
+            if this.keep {
+                "kept afterwards"
+            } else {
+                "removed at the end"
+            }
+        );
+        if !this.keep {
+            let (path, id) = (this.path.clone(), this.id);
+            this.abort = Some(crate::abort::register(move || {
+                let _ = remove_if_same(&path, id);
+            }));
+        }
+        Ok(this)
+    }
+
+    /// The created data file, open for reading and writing (once).
+    pub fn take_file(&mut self) -> Option<File> {
+        self.file.take()
+    }
+
+    /// The data file's size now, by its path, if it is still this run's
+    /// file.
+    pub fn size_now(&self) -> Option<u64> {
+        let m = std::fs::symlink_metadata(&self.path).ok()?;
+        (FileId::of(&m) == self.id).then_some(m.len())
+    }
+}
+
+/// Create `dir` and its missing ancestors; returns the ones created,
+/// outermost first (none when `dir` exists, whatever it is).
+fn create_missing(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut missing = Vec::new();
+    for d in dir.ancestors().filter(|d| !d.as_os_str().is_empty()) {
+        match std::fs::symlink_metadata(d) {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(d.to_owned()),
+            Err(e) => return Err(e),
+        }
+    }
+    let mut created = Vec::new();
+    for d in missing.into_iter().rev() {
+        match std::fs::create_dir(&d) {
+            Ok(()) => created.push(d),
+            // Someone else made it meanwhile: theirs, not ours.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                remove_empty(&created);
+                return Err(e);
+            }
+        }
+    }
+    Ok(created)
+}
+
+/// Remove the directories in `created` (outermost first) that are empty,
+/// innermost first.
+fn remove_empty(created: &[PathBuf]) {
+    for d in created.iter().rev() {
+        if std::fs::remove_dir(d).is_err() {
+            eprintln!(
+                "slotring: keeping data directory {} (not empty)",
+                d.display()
+            );
+            break;
+        }
     }
 }
 
 impl Drop for DataDir {
     fn drop(&mut self) {
-        if !self.keep {
-            let _ = std::fs::remove_file(&self.path);
+        // Unregister first: the abort path must not act on a file this
+        // drop is about to handle.
+        drop(self.abort.take());
+        drop(self.file.take());
+        if !self.keep && !self.path.as_os_str().is_empty() {
+            match remove_if_same(&self.path, self.id) {
+                Ok(true) => {}
+                Ok(false) => eprintln!(
+                    "slotring: not removing {}: it is no longer the data file this run created",
+                    self.path.display()
+                ),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => eprintln!(
+                    "slotring: warning: removing the data file {}: {e}",
+                    self.path.display()
+                ),
+            }
         }
+        remove_empty(&self.created);
     }
 }
 
 /// The block-device throttlers `local_read` and `local_write`.
 pub(super) fn throttlers(cfg: &RunConfig) -> Result<(Arc<Throttler>, Arc<Throttler>), RunError> {
-    let build = |name: &'static str, rate: u64| {
+    let build = |name: &'static str, option: &'static str, rate: u64| {
         Throttler::builder(rate)
             .name(name)
             .limits_block_device_bandwidth(true)
             .build()
             .map(Arc::new)
-            .map_err(|source| RunError::Throttler { name, source })
+            .map_err(|source| RunError::Throttler {
+                option,
+                name,
+                source,
+            })
     };
     Ok((
-        build("local_read", cfg.max_local_read_bandwidth)?,
-        build("local_write", cfg.max_local_write_bandwidth)?,
+        build(
+            "local_read",
+            "max-local-read-bandwidth",
+            cfg.max_local_read_bandwidth,
+        )?,
+        build(
+            "local_write",
+            "max-local-write-bandwidth",
+            cfg.max_local_write_bandwidth,
+        )?,
     ))
 }
 
@@ -139,23 +343,54 @@ pub(super) fn slots(cfg: &RunConfig) -> ConcurrencyControl {
 }
 
 /// The eBPF probes when wanted (degraded, saying why once, when they cannot
-/// load), and the lease observer that mirrors lease states to them.
-pub(super) fn probes(cfg: &RunConfig) -> Option<SlotringBpf> {
+/// load), and the lease observer that mirrors lease states to them; with
+/// the token of their pins' removal on abort ([`abort_unpins`]), to drop
+/// before them.
+pub(super) fn probes(cfg: &RunConfig) -> (Option<SlotringBpf>, Option<crate::abort::Registered>) {
     if !cfg.probes {
-        return None;
+        return (None, None);
     }
+    let pin_dir_existed = cfg.pin_dir.exists();
     let b = match SlotringBpf::load(BpfConfig {
         pin_dir: cfg.pin_dir.clone(),
         ..BpfConfig::default()
     }) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("slotring: running without kernel probes: {e}");
+            eprintln!(
+                "slotring: running without kernel probes: {}",
+                crate::error_chain(&e)
+            );
             SlotringBpf::degraded(e)
         }
     };
+    let abort = abort_unpins(&b, cfg, pin_dir_existed);
     slotring::bpf::install_observer();
-    Some(b)
+    (Some(b), abort)
+}
+
+/// Register the removal of `bpf`'s pins for the abort path (a second
+/// Ctrl-C exits without dropping the instance): its pinned files, then its
+/// pin directory if this run created it (`pin_dir_existed` is whether the
+/// configured one existed before the load) and it is empty. Unpinned, the
+/// programs and maps go with the process. Drop the token before `bpf`.
+fn abort_unpins(
+    bpf: &SlotringBpf,
+    cfg: &RunConfig,
+    pin_dir_existed: bool,
+) -> Option<crate::abort::Registered> {
+    let (dir, pins) = bpf.pins();
+    let dir = dir?.to_owned();
+    let pins = pins.to_vec();
+    let ours = dir != cfg.pin_dir || !pin_dir_existed;
+    Some(crate::abort::register(move || {
+        for p in &pins {
+            let _ = std::fs::remove_file(p);
+        }
+        if ours {
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }))
 }
 
 /// Create the data file at `path` through an engine from `engines`,
@@ -163,8 +398,9 @@ pub(super) fn probes(cfg: &RunConfig) -> Option<SlotringBpf> {
 /// turn readahead off.
 pub(super) fn create_data_file(
     cfg: &RunConfig,
+    f: File,
     path: &Path,
-    write: &ThrottlePtr,
+    write: &Arc<Throttler>,
     engines: &Engines,
     stop: &AtomicBool,
     bar: &ProgressBar,
@@ -176,20 +412,17 @@ pub(super) fn create_data_file(
             source,
         }
     };
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(failed("create"))?;
     let file = UringFile::new(f).map_err(failed("open"))?;
+    let write_ptr: ThrottlePtr = write.clone();
+    let stopping = || stop.load(Ordering::Relaxed);
     let (id, mut engine) = engines.open();
     let chunk = 1usize << 20;
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut buf = vec![0u8; chunk];
     let mut off = 0u64;
     while off < cfg.file_size {
-        if stop.load(Ordering::Relaxed) {
+        super::waits::pay_debt(write, &stopping);
+        if stopping() {
             return Err(RunError::Interrupted {
                 path: path.to_owned(),
             });
@@ -204,7 +437,7 @@ pub(super) fn create_data_file(
             let b = x.to_le_bytes();
             w.copy_from_slice(&b[..w.len()]);
         }
-        let (r, b) = engine.write_at(&file, buf, off, Some(write), MAX_BLOCK);
+        let (r, b) = engine.write_at(&file, buf, off, Some(&write_ptr), MAX_BLOCK);
         buf = b;
         let written = r.map_err(|source| RunError::DataFileWrite {
             path: path.to_owned(),

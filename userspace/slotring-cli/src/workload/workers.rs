@@ -8,11 +8,12 @@ use std::time::{Duration, Instant};
 
 use slotring::slots::{Allocation, ConcurrencyControl, SlotsError};
 use slotring::throttle::{ThrottlePtr, Throttler};
-use slotring::uring::UringFile;
+use slotring::uring::{IoEngine, UringFile};
 
 use super::engines::Engines;
 use super::progress::Progress;
 use super::setup::MAX_BLOCK;
+use super::waits::{STOP_SLICE, pay_debt, sleep_until};
 use super::{RunError, lock};
 use crate::config::RunConfig;
 use crate::report::QueryKind;
@@ -21,6 +22,8 @@ const SHORT_REGION: u64 = 16 << 20;
 const SHORT_READ: usize = 64 << 10;
 const SHORT_READS: u32 = 4;
 const MAX_LIVE_SHORT: u64 = 64;
+/// The longest a short query waits for its slot before giving up.
+const SHORT_SLOT_WAIT: Duration = Duration::from_secs(5);
 
 /// One query's statistics. Every counter is an independent statistic
 /// (`Relaxed`); `end` is set once the query is over.
@@ -83,6 +86,16 @@ pub(super) struct Live {
     /// Query threads started.
     pub query_threads: AtomicU64,
     live_short: AtomicU64,
+    /// Reads that failed (an error from the engine).
+    pub read_errors: AtomicU64,
+    /// Reads that returned fewer bytes than the file should have there
+    /// (end of file before the expected end: the file got shorter).
+    pub short_reads: AtomicU64,
+    /// The first failed read, for the report.
+    pub first_read_error: Mutex<Option<String>>,
+    /// Time the queries spent paying the read bucket's debt before a read
+    /// ([`pay_debt`]), ns: throttle waits the throttler does not record.
+    pub debt_wait_ns: AtomicU64,
 }
 
 impl Live {
@@ -111,12 +124,50 @@ impl Live {
             engines,
             query_threads: AtomicU64::new(0),
             live_short: AtomicU64::new(0),
+            read_errors: AtomicU64::new(0),
+            short_reads: AtomicU64::new(0),
+            first_read_error: Mutex::new(None),
+            debt_wait_ns: AtomicU64::new(0),
         }
     }
 
     /// Ctrl-C, or the duration is over.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed) || Instant::now() >= self.deadline
+    }
+
+    /// Read `buf.len()` bytes at `off` for query `q` through `engine`,
+    /// charged to the read throttler (its debt paid first, stop-aware),
+    /// counting the read, a failure or a short read. Hands the buffer back
+    /// (full length).
+    fn read(&self, engine: &mut dyn IoEngine, q: &QueryState, buf: Vec<u8>, off: u64) -> Vec<u8> {
+        let len = buf.len();
+        let waited = pay_debt(&self.read, &|| self.stopping());
+        if !waited.is_zero() {
+            self.debt_wait_ns
+                .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        }
+        let (r, mut buf) = engine.read_at(&self.file, buf, off, Some(&self.read_ptr), MAX_BLOCK);
+        match r {
+            Ok(n) => {
+                q.reads.fetch_add(1, Ordering::Relaxed);
+                q.bytes.fetch_add(n as u64, Ordering::Relaxed);
+                let expected = (len as u64).min(self.cfg.file_size.saturating_sub(off));
+                if (n as u64) < expected {
+                    self.short_reads.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(e) => {
+                self.read_errors.fetch_add(1, Ordering::Relaxed);
+                lock(&self.first_read_error).get_or_insert_with(|| {
+                    format!("read of {len} bytes at {off}: {}", crate::error_chain(&e))
+                });
+            }
+        }
+        if buf.len() != len {
+            buf = vec![0u8; len];
+        }
+        buf
     }
 
     fn add_query(&self, id: u32, kind: QueryKind) -> Arc<QueryState> {
@@ -127,8 +178,10 @@ impl Live {
 }
 
 /// Spend about `d` of CPU hashing `buf` (the "query processing" between
-/// reads). Returns the hash so the work cannot be optimised away.
-pub fn cpu_work(buf: &[u8], d: Duration) -> u64 {
+/// reads), or less when `stopping()` turns true (it is asked every 4 KiB
+/// hashed, a few microseconds). Returns the hash so the work cannot be
+/// optimised away.
+pub fn cpu_work(buf: &[u8], d: Duration, stopping: &dyn Fn() -> bool) -> u64 {
     let start = Instant::now();
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     if buf.is_empty() {
@@ -142,7 +195,7 @@ pub fn cpu_work(buf: &[u8], d: Duration) -> u64 {
             h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x0100_0000_01b3);
         }
         i = (i + 4096) % buf.len();
-        if start.elapsed() >= d {
+        if start.elapsed() >= d || stopping() {
             return std::hint::black_box(h);
         }
     }
@@ -250,7 +303,7 @@ fn scan_worker(
         let remaining = live.deadline.saturating_duration_since(Instant::now());
         // Wake up now and then to notice Ctrl-C.
         let t0 = Instant::now();
-        let slot = alloc.acquire_timeout(remaining.min(Duration::from_millis(200)));
+        let slot = alloc.acquire_timeout(remaining.min(STOP_SLICE));
         q.slot_wait_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let mut slot = match slot {
@@ -269,17 +322,13 @@ fn scan_worker(
                 }
                 let off = cursor.fetch_add(rs, Ordering::Relaxed) % size;
                 let off = off.min(size.saturating_sub(rs));
-                let (r, b) = engine.read_at(&live.file, buf, off, Some(&live.read_ptr), MAX_BLOCK);
-                buf = b;
-                if buf.len() != rs as usize {
-                    buf = vec![0u8; rs as usize];
+                if live.stopping() {
+                    q.held.fetch_sub(1, Ordering::Relaxed);
+                    break 'outer;
                 }
-                if let Ok(n) = r {
-                    q.reads.fetch_add(1, Ordering::Relaxed);
-                    q.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                }
+                buf = live.read(engine.as_mut(), q, buf, off);
                 live.engines.record(id, engine.counters());
-                cpu_work(&buf, live.cfg.cpu_work_per_read);
+                cpu_work(&buf, live.cfg.cpu_work_per_read, &|| live.stopping());
             }
         }
         drop(slot);
@@ -321,10 +370,7 @@ fn spawn_shorts(live: &Arc<Live>, mut id: u32) -> Vec<JoinHandle<()>> {
                 live.live_short.fetch_sub(1, Ordering::Relaxed);
             }
         }
-        let now = Instant::now();
-        if next > now {
-            std::thread::sleep(next - now);
-        }
+        sleep_until(next, &|| live.stopping());
     }
     shorts
 }
@@ -335,7 +381,14 @@ fn short_query(live: &Live, q: &QueryState, seed: u64) {
     let run = || -> Option<()> {
         let alloc = live.cc.allocate(1, 1).ok()?;
         let t0 = Instant::now();
-        let slot = alloc.acquire_timeout(Duration::from_secs(5));
+        // At most SHORT_SLOT_WAIT in all, one stop slice at a time.
+        let slot = loop {
+            let left = SHORT_SLOT_WAIT.saturating_sub(t0.elapsed());
+            match alloc.acquire_timeout(left.min(STOP_SLICE)) {
+                Err(SlotsError::Timeout { .. }) if !left.is_zero() && !live.stopping() => {}
+                other => break other,
+            }
+        };
         q.slot_wait_ns
             .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let mut slot = slot.ok()?;
@@ -347,20 +400,15 @@ fn short_query(live: &Live, q: &QueryState, seed: u64) {
             let mut x = seed | 1;
             let mut buf = vec![0u8; SHORT_READ];
             for _ in 0..SHORT_READS {
+                if live.stopping() {
+                    break;
+                }
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
                 let off = (x % region.max(1)) * SHORT_READ as u64;
-                let (r, b) = engine.read_at(&live.file, buf, off, Some(&live.read_ptr), MAX_BLOCK);
-                buf = b;
-                if let Ok(n) = r {
-                    q.reads.fetch_add(1, Ordering::Relaxed);
-                    q.bytes.fetch_add(n as u64, Ordering::Relaxed);
-                }
-                if buf.len() != SHORT_READ {
-                    buf = vec![0u8; SHORT_READ];
-                }
-                cpu_work(&buf, live.cfg.cpu_work_per_read / 2);
+                buf = live.read(engine.as_mut(), q, buf, off);
+                cpu_work(&buf, live.cfg.cpu_work_per_read / 2, &|| live.stopping());
             }
         }
         live.engines.record(id, engine.counters());

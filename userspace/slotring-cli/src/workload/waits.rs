@@ -1,0 +1,107 @@
+//! Waits that end soon after the run stops.
+//!
+//! Every wait of the workload ends within [`STOP_BOUND`] of Ctrl-C (or of
+//! the deadline): sleeps are cut into [`STOP_SLICE`]s that look at the stop
+//! condition, a slot wait is an `acquire_timeout` of one slice in a loop,
+//! CPU work looks at it between blocks, and a throttle wait inside the
+//! engine is capped by [`MAX_BLOCK`](super::setup::MAX_BLOCK). A bucket's
+//! debt longer than that cap is waited out *before* the next IO, by
+//! [`pay_debt`], in slices and with the CPU lease parked, exactly as the
+//! engine would have: the throttler's rate holds however small it is.
+
+use std::time::{Duration, Instant};
+
+use slotring::throttle::{NANO_PER_TOKEN, Throttler, park_current_lease};
+
+/// The longest a sleep of the workload goes without looking at the stop
+/// condition.
+pub(super) const STOP_SLICE: Duration = Duration::from_millis(50);
+
+/// The bound on how long after stop any wait of the workload ends.
+pub const STOP_BOUND: Duration = Duration::from_millis(200);
+
+const _: () =
+    assert!(STOP_SLICE.as_nanos() + super::setup::MAX_BLOCK.as_nanos() <= STOP_BOUND.as_nanos());
+
+/// Sleep until `deadline` or until `stopping()`; whether the deadline was
+/// reached.
+pub(super) fn sleep_until(deadline: Instant, stopping: &dyn Fn() -> bool) -> bool {
+    loop {
+        if stopping() {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        std::thread::sleep((deadline - now).min(STOP_SLICE));
+    }
+}
+
+/// The time until `t`'s bucket is out of debt (zero when it is not, or when
+/// unlimited).
+fn debt(t: &Throttler) -> Duration {
+    let rate = t.max_speed();
+    let tokens = t.tokens_nano();
+    if rate == 0 || tokens >= 0 {
+        return Duration::ZERO;
+    }
+    // nano-tokens / (tokens/s) = ns × NANO_PER_TOKEN / 1e9 = ns.
+    let ns = (-tokens) * (1_000_000_000 / NANO_PER_TOKEN) / i128::from(rate);
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}
+
+/// Wait, with the calling thread's CPU lease parked, until `t`'s bucket is
+/// out of debt or `stopping()`; the time waited.
+pub(super) fn pay_debt(t: &Throttler, stopping: &dyn Fn() -> bool) -> Duration {
+    let d = debt(t);
+    if d.is_zero() {
+        return d;
+    }
+    let start = Instant::now();
+    let _parked = park_current_lease();
+    loop {
+        let d = debt(t);
+        if d.is_zero() || stopping() {
+            return start.elapsed();
+        }
+        std::thread::sleep(d.min(STOP_SLICE));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use slotring::throttle::Throttle;
+
+    use super::*;
+
+    #[test]
+    fn debt_is_the_time_to_pay_it_back() {
+        let t = Throttler::builder(1000)
+            .burst(Duration::from_secs(1))
+            .build()
+            .unwrap();
+        assert_eq!(debt(&t), Duration::ZERO);
+        // 1000 tokens of burst, 3000 charged (no wait): 2 s of debt, less
+        // the time since.
+        t.throttle(3000, Duration::ZERO).unwrap();
+        let d = debt(&t);
+        assert!(
+            d > Duration::from_millis(1500) && d <= Duration::from_secs(2),
+            "{d:?}"
+        );
+    }
+
+    #[test]
+    fn waits_end_when_stopping() {
+        let t = Throttler::new(1).unwrap();
+        let _ = t.throttle(1_000_000, Duration::ZERO);
+        assert!(debt(&t) > Duration::from_secs(1000));
+        let start = Instant::now();
+        let stop_at = start + Duration::from_millis(120);
+        let waited = pay_debt(&t, &|| Instant::now() >= stop_at);
+        assert!(waited >= Duration::from_millis(120) && waited < Duration::from_secs(100));
+        assert!(!sleep_until(start + Duration::from_secs(3600), &|| true));
+        assert!(sleep_until(Instant::now(), &|| false));
+    }
+}
