@@ -344,7 +344,10 @@ fn cmd_exporter(args: &ExporterArgs, stop: &AtomicBool) -> Result<u8> {
     let dir = &args.pins.pin_dir;
     let maps = PinnedMaps::new(dir.clone());
     if let Err(e) = maps.slots() {
-        eprintln!("slotring exporter: {e}; serving what becomes available");
+        eprintln!(
+            "slotring exporter: {}; serving what becomes available",
+            slotring_cli::error_chain(&e)
+        );
     }
     let registry = prometheus::Registry::new();
     registry.register(Box::new(SlotringCollector::pinned(maps)))?;

@@ -1726,3 +1726,38 @@ fn a_data_file_truncated_during_the_run_is_counted_and_fails_the_run() {
     assert!(r["io"]["short_reads"].as_u64().unwrap() > 0, "{}", r["io"]);
     assert_eq!(r["io"]["read_errors"], 0, "{}", r["io"]);
 }
+
+#[test]
+fn stats_without_permission_says_so() {
+    if !is_root() || !have("setpriv") {
+        skip_unless_ci("needs root and setpriv (util-linux) to run as an unprivileged user");
+        return;
+    }
+    let bin_dir = tempfile::Builder::new()
+        .prefix("slotring-bin")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let mode = |p: &Path, m: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    };
+    mode(bin_dir.path(), 0o755);
+    let bin_copy = bin_dir.path().join("slotring");
+    std::fs::copy(bin(), &bin_copy).unwrap();
+    mode(&bin_copy, 0o755);
+    // A pin directory only root may look into (as the loader makes it).
+    let pins = data_dir();
+    std::fs::write(pins.path().join("slots"), "").unwrap();
+    mode(pins.path(), 0o700);
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--inh-caps=-all", "--bounding-set=-all", "--"])
+        .arg(&bin_copy)
+        .args(["stats", "--interval", "0.1s", "--pin-dir"])
+        .arg(pins.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(!err.contains("is a process"), "{err}");
+}

@@ -37,6 +37,15 @@ pub enum PinnedError {
         /// The path.
         path: PathBuf,
     },
+    /// The map's path cannot be looked up (usually permission denied: the
+    /// pin directory is the loader's, mode 0700 or 0750).
+    #[error("cannot look up pinned map {path}")]
+    Access {
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// Opening or reading the map failed (often: not root / no CAP_BPF).
     #[error("reading pinned map {path} failed")]
     Read {
@@ -65,8 +74,14 @@ pub enum PinnedError {
 
 fn read_array<const N: usize>(dir: &Path, name: &str) -> Result<Vec<Vec<u64>>, PinnedError> {
     let path = dir.join(name);
-    if !path.exists() {
-        return Err(PinnedError::Missing { path });
+    // Only a path that is not there is "missing": permission denied is
+    // said as such.
+    match std::fs::symlink_metadata(&path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(PinnedError::Missing { path });
+        }
+        Err(source) => return Err(PinnedError::Access { path, source }),
     }
     let err = |source| PinnedError::Read {
         path: path.clone(),
