@@ -133,8 +133,14 @@ pub struct ThrottlerReport {
     pub page_cache_bytes_not_charged: u64,
     /// `charged / elapsed`.
     pub achieved_bytes_per_s: f64,
-    /// `(charged − burst) / elapsed`: the sustained rate.
+    /// `(charged − burst − debt at the end) / elapsed`: the rate the
+    /// bucket was paid at, sustained.
     pub sustained_bytes_per_s: f64,
+    /// The bucket's debt when the phase ended: tokens of IO admitted ahead
+    /// of its booked time (at most one read per query thread, each after a
+    /// wait capped at 100 ms) that the run, stopping on time, did not wait
+    /// out.
+    pub debt_at_end_bytes: u64,
     /// `|sustained − configured| / configured × 100`, when limited and the
     /// demand kept the bucket in debt (`None` otherwise).
     pub rate_error_pct: Option<f64>,

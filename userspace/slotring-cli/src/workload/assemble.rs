@@ -30,6 +30,10 @@ pub(super) struct Finished<'a> {
     pub read: &'a Throttler,
     /// The write throttler (used while creating the data file).
     pub write: &'a Throttler,
+    /// The read bucket's debt when the queries were done, bytes.
+    pub read_debt_at_end: u64,
+    /// The write bucket's debt when the data file was written, bytes.
+    pub write_debt_at_end: u64,
     /// What the sampler gathered.
     pub sampled: Sampled,
     /// The kernel's verdict.
@@ -59,11 +63,11 @@ pub(super) fn report(f: Finished<'_>) -> Report {
             {
                 // The read throttler's waits include the debt the queries
                 // paid before a read (see `waits::pay_debt`).
-                let mut r = throttle_report(f.read, f.elapsed_s);
+                let mut r = throttle_report(f.read, f.elapsed_s, f.read_debt_at_end);
                 r.wait_s += live.debt_wait_ns.load(Ordering::Relaxed) as f64 / 1e9;
                 r
             },
-            throttle_report(f.write, f.data_file.create_s),
+            throttle_report(f.write, f.data_file.create_s, f.write_debt_at_end),
         ],
         data_file: f.data_file,
         io: io_report(

@@ -60,9 +60,21 @@ pub(super) fn slots_report(slots: &SlotsCounters, cfg: &RunConfig) -> SlotsRepor
     }
 }
 
+/// The debt of `t`'s bucket now, in tokens (bytes).
+pub(super) fn debt_now(t: &Throttler) -> u64 {
+    let tokens = t.tokens_nano();
+    if tokens >= 0 {
+        0
+    } else {
+        u64::try_from((-tokens) / slotring::throttle::NANO_PER_TOKEN).unwrap_or(u64::MAX)
+    }
+}
+
 /// One throttler's section of the report: achieved against configured
 /// over `elapsed` seconds.
-pub(super) fn throttle_report(t: &Throttler, elapsed: f64) -> ThrottlerReport {
+/// `debt_at_end` is the bucket's debt when the phase ended (tokens booked
+/// by IO admitted ahead of its time, which the run did not wait out).
+pub(super) fn throttle_report(t: &Throttler, elapsed: f64, debt_at_end: u64) -> ThrottlerReport {
     let c = t.counters();
     let burst = if c.max_speed == 0 {
         0
@@ -70,7 +82,8 @@ pub(super) fn throttle_report(t: &Throttler, elapsed: f64) -> ThrottlerReport {
         (t.burst().as_secs_f64() * c.max_speed as f64) as u64
     };
     let achieved = c.amount as f64 / elapsed.max(1e-9);
-    let sustained = c.amount.saturating_sub(burst) as f64 / elapsed.max(1e-9);
+    let sustained =
+        c.amount.saturating_sub(burst).saturating_sub(debt_at_end) as f64 / elapsed.max(1e-9);
     let saturated = c.waits > 0;
     ThrottlerReport {
         name: t.name().to_owned(),
@@ -80,6 +93,7 @@ pub(super) fn throttle_report(t: &Throttler, elapsed: f64) -> ThrottlerReport {
         page_cache_bytes_not_charged: c.page_cache_amount,
         achieved_bytes_per_s: achieved,
         sustained_bytes_per_s: sustained,
+        debt_at_end_bytes: debt_at_end,
         rate_error_pct: (c.max_speed > 0 && saturated)
             .then(|| (sustained - c.max_speed as f64).abs() / c.max_speed as f64 * 100.0),
         saturated,

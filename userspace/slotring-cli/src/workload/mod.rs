@@ -162,6 +162,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         &progress.data_file(cfg.file_size),
     )?;
     let create_s = t_create.elapsed().as_secs_f64();
+    let write_debt_at_end = counters::debt_now(&write);
 
     // 2. Queries, watched by the sampler, which serves /metrics meanwhile.
     let start = Instant::now();
@@ -187,6 +188,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     sampler.run_until_stopping();
     workers.join();
     let elapsed = start.elapsed().as_secs_f64();
+    let read_debt_at_end = counters::debt_now(&read);
     let cpu_s = setup::process_cpu_s() - cpu0;
     sampler.sample();
     let sampled = sampler.finish();
@@ -215,6 +217,8 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         data_file,
         read: &read,
         write: &write,
+        read_debt_at_end,
+        write_debt_at_end,
         sampled,
         kernel,
         cpu_s,
