@@ -322,10 +322,6 @@ fn scan_worker(
                 }
                 let off = cursor.fetch_add(rs, Ordering::Relaxed) % size;
                 let off = off.min(size.saturating_sub(rs));
-                if live.stopping() {
-                    q.held.fetch_sub(1, Ordering::Relaxed);
-                    break 'outer;
-                }
                 buf = live.read(engine.as_mut(), q, buf, off);
                 live.engines.record(id, engine.counters());
                 cpu_work(&buf, live.cfg.cpu_work_per_read, &|| live.stopping());
