@@ -65,4 +65,22 @@ pub enum ThrottleError {
         /// The error the OS returned.
         errno: Errno,
     },
+    /// A tenant weight of 0 or above the largest supported one.
+    #[error("tenant `{name}`: weight {weight} is outside 1..={max}")]
+    TenantWeight {
+        /// Tenant name.
+        name: String,
+        /// The rejected weight.
+        weight: u32,
+        /// The largest accepted weight.
+        max: u32,
+    },
+    /// A catch-up bound above the largest supported one.
+    #[error("catch-up bound tau of {tau_ns} ns exceeds the largest supported {max_ns} ns")]
+    TauTooLarge {
+        /// The rejected bound, ns.
+        tau_ns: u128,
+        /// The largest accepted bound, ns.
+        max_ns: u128,
+    },
 }

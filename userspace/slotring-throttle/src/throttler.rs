@@ -8,6 +8,7 @@ use crate::bucket::{Bucket, BucketError, MAX_DEBT_NANO};
 use crate::clock::{ClampState, Clock, MonotonicClock};
 use crate::counters::{Blocked, LiveCounters, ThrottleCounters};
 use crate::error::ThrottleError;
+use crate::fair::{DEFAULT_TAU, FairGate, Tenant, Turn};
 use crate::sync::Ordering;
 use crate::wait::{BlockingWait, WaitStrategy};
 
@@ -94,9 +95,17 @@ pub struct ThrottlerBuilder {
     clock: Option<Arc<dyn Clock>>,
     wait: Arc<dyn WaitStrategy>,
     name: String,
+    tau: Duration,
 }
 
 impl ThrottlerBuilder {
+    /// The catch-up bound `τ` for tenants returning from idle (default
+    /// [`DEFAULT_TAU`], at most [`crate::MAX_TAU`]); see [`Tenant`].
+    pub fn tau(mut self, tau: Duration) -> Self {
+        self.tau = tau;
+        self
+    }
+
     /// Chain to `parent`: every charge here is also charged there.
     pub fn parent(mut self, parent: ThrottlePtr) -> Self {
         self.parent = Some(parent);
@@ -150,6 +159,7 @@ impl ThrottlerBuilder {
         let bucket = Bucket::new(self.max_speed, burst_ns, clock.now_ns())
             .map_err(|e| map_cfg_err(e, self.max_speed, burst_ns))?;
         Ok(Throttler {
+            gate: FairGate::new(self.tau)?,
             clamp: (!clock.never_steps_back()).then(ClampState::new),
             bucket,
             live: LiveCounters::default(),
@@ -191,6 +201,8 @@ pub struct Throttler {
     clamp: Option<ClampState>,
     wait: Arc<dyn WaitStrategy>,
     name: String,
+    /// The fair order among waiting tenants (see the `fair` module).
+    gate: FairGate,
 }
 
 /// What one level decided, before any waiting.
@@ -216,6 +228,7 @@ impl Throttler {
             clock: None,
             wait: Arc::new(BlockingWait),
             name: String::from("throttler"),
+            tau: DEFAULT_TAU,
         }
     }
 
@@ -361,6 +374,58 @@ impl Throttler {
         }
     }
 
+    /// Charge `amount` as the calling thread's current tenant: wait for its
+    /// fair turn at the bucket, then charge and wait as usual; then the parent.
+    fn throttle_fair(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
+        let Some(tenant) = Tenant::current() else {
+            return self.throttle(amount, max_block);
+        };
+        let turn = self.gate.enter(&tenant, amount, self.max_speed());
+        let now = self.now();
+        let d = match self.charge_level(amount, max_block, now) {
+            Ok(d) => d,
+            Err(e) => {
+                if turn == Turn::Dispatched {
+                    self.gate.release();
+                }
+                return Err(e);
+            }
+        };
+        let block = d.wait_ns > 0;
+        if block {
+            if turn == Turn::Alone {
+                self.gate.book_alone();
+            }
+            let waited = self.perform_wait(now, d.wait_ns);
+            self.gate.release();
+            waited?;
+        } else if turn == Turn::Dispatched {
+            self.gate.release();
+        }
+        let parent_block = match &self.parent {
+            Some(p) => p.throttle(amount, max_block)?,
+            None => false,
+        };
+        Ok(block || parent_block)
+    }
+
+    /// Throttle as `tenant` (see [`Tenant::enter`]): the wait is taken in the
+    /// fair order among the tenants waiting here and at every ancestor.
+    pub fn throttle_as(
+        &self,
+        tenant: &Tenant,
+        amount: u64,
+        max_block: Duration,
+    ) -> Result<bool, ThrottleError> {
+        let _scope = tenant.enter();
+        self.throttle(amount, max_block)
+    }
+
+    /// Requests waiting in the fair queue (not counting the one booked).
+    pub fn fair_queued(&self) -> usize {
+        self.gate.queued()
+    }
+
     /// Wait `wait_ns` from `start_ns` through the wait strategy.
     fn perform_wait(&self, start_ns: u64, wait_ns: u64) -> Result<(), ThrottleError> {
         let _blocked = Blocked::new(&self.live.block_count);
@@ -376,6 +441,9 @@ impl Throttler {
 
 impl Throttle for Throttler {
     fn throttle(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
+        if Tenant::has_current() && self.max_speed() > 0 {
+            return self.throttle_fair(amount, max_block);
+        }
         let now = self.now();
         let d = self.charge_level(amount, max_block, now)?;
         let block = d.wait_ns > 0;

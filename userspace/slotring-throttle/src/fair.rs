@@ -1,0 +1,431 @@
+//! Weighted fair sharing of one throttler between tenants.
+//!
+//! # The model
+//!
+//! A [`Throttler`](crate::Throttler)'s bucket stays the one hard limit: every
+//! request, with or without a tenant, is charged there exactly once, so the
+//! token-bucket bound (`charged ≤ burst + rate·T + one request` over any
+//! window) holds for the total and *a fortiori* for every tenant. Fairness
+//! only decides the **order** in which waiting requests reach the bucket.
+//!
+//! The order is start-time fair queueing (SFQ, Goyal et al.; the discipline
+//! of Seastar's `fair_queue` and ClickHouse's scheduler `fair` node) over
+//! [`Tenant`]s with integer weights:
+//!
+//! * virtual time is in units of `token / weight` (scaled by 2¹⁶, exact
+//!   integers); `V` is the start tag of the request dispatched last;
+//! * a request of cost `L` from tenant `t` (weight `w_t`, last finish tag
+//!   `F_t`) gets `S = max(F_t, V − τ_v)` and `F_t ← S + L/w_t`; each tenant's
+//!   requests keep their arrival order;
+//! * the waiting request with the smallest `S` (ties: arrival order) goes
+//!   next. Only one request at a time is *booked* into the bucket ahead of
+//!   its deadline, so a request arriving with a smaller tag overtakes every
+//!   queued one and waits behind at most one booked request.
+//!
+//! While tenants are backlogged, each receives `rate · w_t / Σw` (SFQ's bound:
+//! any two backlogged tenants' normalised service differs by at most
+//! `L_max/w_i + L_max/w_j`). The discipline is work-conserving: the bucket is
+//! the only thing that makes anyone wait, so a tenant that stops sending
+//! leaves its share to the others at the next dispatch.
+//!
+//! **Catch-up bound.** A tenant returning from idle starts at `V − τ_v`,
+//! never earlier, where `τ_v = τ · rate / Σw` (Σw over the tenants then
+//! waiting, itself included): it may run ahead of the others by at most its
+//! own share of `τ` seconds of the rate — never a burst of its idle time
+//! (Seastar's `tau`, default 5 ms).
+//!
+//! # Scope
+//!
+//! The order applies to callers that *wait* ([`crate::Throttle::throttle`]
+//! on a [`crate::Throttler`] while a tenant is current on the thread, see
+//! [`Tenant::enter`]). [`crate::Throttle::reserve`] books at once and cannot
+//! be reordered later, so it stays first-come (today's behaviour) even when a
+//! tenant is current.
+//!
+//! # Bad input
+//!
+//! A weight of 0 or above [`MAX_WEIGHT`] is a typed error. A tenant handle may
+//! be used on any number of throttlers: each keeps its own tags for it (by
+//! the handle's process-unique id), so it is fair separately at each. Dropping
+//! a handle does not cancel requests already waiting (they hold a clone);
+//! a throttler forgets a tenant once it is idle and its finish tag lies
+//! at or below `V` (it then returns with the full catch-up bound, which it
+//! could have had anyway), so ten thousand
+//! short-lived tenants cost memory only while they wait.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+use std::time::Duration;
+
+use crate::error::ThrottleError;
+
+/// The largest tenant weight.
+pub const MAX_WEIGHT: u32 = 1 << 16;
+/// The default catch-up bound `τ` (Seastar's 5 ms).
+pub const DEFAULT_TAU: Duration = Duration::from_millis(5);
+/// The largest accepted catch-up bound.
+pub const MAX_TAU: Duration = Duration::from_secs(60);
+
+/// Virtual units per token at weight 1.
+const SCALE: u128 = 1 << 16;
+
+static NEXT_ID: StdAtomicU64 = StdAtomicU64::new(1);
+
+#[derive(Debug)]
+struct TenantInner {
+    id: u64,
+    weight: u32,
+    name: String,
+}
+
+/// A party sharing throttlers by weight (a query, a user, a workload).
+/// Cheap to clone; clones are the same tenant.
+#[derive(Debug, Clone)]
+pub struct Tenant(Arc<TenantInner>);
+
+impl Tenant {
+    /// A tenant of `weight` (1..=[`MAX_WEIGHT`]).
+    pub fn new(name: impl Into<String>, weight: u32) -> Result<Self, ThrottleError> {
+        let name = name.into();
+        if weight == 0 || weight > MAX_WEIGHT {
+            return Err(ThrottleError::TenantWeight {
+                name,
+                weight,
+                max: MAX_WEIGHT,
+            });
+        }
+        Ok(Self(Arc::new(TenantInner {
+            id: NEXT_ID.fetch_add(1, StdOrdering::Relaxed),
+            weight,
+            name,
+        })))
+    }
+
+    /// The process-unique id of this tenant.
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// The weight.
+    pub fn weight(&self) -> u32 {
+        self.0.weight
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Make this the calling thread's current tenant until the guard drops:
+    /// every throttler the thread waits on then charges it as this tenant.
+    /// Guards nest; dropping one restores the tenant that was current before.
+    pub fn enter(&self) -> TenantScope {
+        let prev = CURRENT.with(|c| c.borrow_mut().replace(self.clone()));
+        TenantScope {
+            prev,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The calling thread's current tenant, if any.
+    pub fn current() -> Option<Tenant> {
+        CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()
+    }
+
+    /// Whether the calling thread has a current tenant (no clone).
+    pub(crate) fn has_current() -> bool {
+        CURRENT.try_with(|c| c.borrow().is_some()).unwrap_or(false)
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Tenant>> = const { RefCell::new(None) };
+}
+
+/// While alive, a tenant is current on this thread; see [`Tenant::enter`].
+#[must_use = "the tenant is current only while this guard lives"]
+#[derive(Debug)]
+pub struct TenantScope {
+    prev: Option<Tenant>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for TenantScope {
+    fn drop(&mut self) {
+        let prev = self.prev.take();
+        let _ = CURRENT.try_with(|c| *c.borrow_mut() = prev);
+    }
+}
+
+/// A waiting request's place in a [`FairQueue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+/// The request a [`FairQueue`] lets go next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dispatch {
+    /// The request.
+    pub ticket: Ticket,
+    /// The tenant's id ([`Tenant::id`]).
+    pub tenant: u64,
+    /// Its cost, tokens.
+    pub cost: u64,
+}
+
+#[derive(Debug)]
+struct Pending {
+    ticket: Ticket,
+    start: u128,
+    cost: u64,
+}
+
+#[derive(Debug)]
+struct TenantState {
+    weight: u32,
+    finish: u128,
+    queue: VecDeque<Pending>,
+}
+
+/// The pure fair order (no clock, no waiting): start-time fair queueing with
+/// a catch-up bound. See the module docs for the model.
+#[derive(Debug)]
+pub struct FairQueue {
+    tau_ns: u64,
+    v: u128,
+    seq: u64,
+    tenants: HashMap<u64, TenantState>,
+    /// `(start tag, ticket) → tenant` for the head of every backlogged tenant.
+    heads: BTreeMap<(u128, Ticket), u64>,
+    active_weight: u64,
+    pending: usize,
+    pops_since_sweep: usize,
+}
+
+impl FairQueue {
+    /// An empty queue with catch-up bound `tau` (at most [`MAX_TAU`]).
+    pub fn new(tau: Duration) -> Result<Self, ThrottleError> {
+        if tau > MAX_TAU {
+            return Err(ThrottleError::TauTooLarge {
+                tau_ns: tau.as_nanos(),
+                max_ns: MAX_TAU.as_nanos(),
+            });
+        }
+        Ok(Self {
+            tau_ns: u64::try_from(tau.as_nanos()).unwrap_or(u64::MAX),
+            v: 0,
+            seq: 0,
+            tenants: HashMap::new(),
+            heads: BTreeMap::new(),
+            active_weight: 0,
+            pending: 0,
+            pops_since_sweep: 0,
+        })
+    }
+
+    /// `τ_v` at `rate` tokens/s for a total waiting weight `weight_sum`.
+    fn tau_v(&self, rate: u64, weight_sum: u64) -> u128 {
+        let num = u128::from(self.tau_ns)
+            .saturating_mul(u128::from(rate))
+            .saturating_mul(SCALE);
+        num / (1_000_000_000 * u128::from(weight_sum.max(1)))
+    }
+
+    /// Queue a request of `cost` tokens from `tenant` on a throttler of
+    /// `rate` tokens/s (which scales the catch-up bound).
+    pub fn push(&mut self, tenant: &Tenant, cost: u64, rate: u64) -> Ticket {
+        let ticket = Ticket(self.seq);
+        self.seq += 1;
+        let w = tenant.weight();
+        let idle = self
+            .tenants
+            .get(&tenant.id())
+            .is_none_or(|s| s.queue.is_empty());
+        let weight_sum = self.active_weight + if idle { u64::from(w) } else { 0 };
+        let floor = self.v.saturating_sub(self.tau_v(rate, weight_sum));
+        let st = self.tenants.entry(tenant.id()).or_insert(TenantState {
+            weight: w,
+            finish: 0,
+            queue: VecDeque::new(),
+        });
+        let start = st.finish.max(floor);
+        st.finish = start + u128::from(cost) * SCALE / u128::from(w);
+        st.queue.push_back(Pending {
+            ticket,
+            start,
+            cost,
+        });
+        if idle {
+            self.heads.insert((start, ticket), tenant.id());
+            self.active_weight += u64::from(w);
+        }
+        self.pending += 1;
+        ticket
+    }
+
+    /// The request that goes next, without removing it.
+    pub fn peek(&self) -> Option<Ticket> {
+        self.heads.keys().next().map(|&(_, t)| t)
+    }
+
+    /// Remove and return the request that goes next; `V` moves to its tag.
+    pub fn pop(&mut self) -> Option<Dispatch> {
+        let ((start, ticket), id) = self.heads.pop_first()?;
+        let st = self
+            .tenants
+            .get_mut(&id)
+            .expect("a head belongs to a tenant");
+        let p = st.queue.pop_front().expect("a head is queued");
+        debug_assert_eq!(p.ticket, ticket);
+        match st.queue.front() {
+            Some(next) => {
+                self.heads.insert((next.start, next.ticket), id);
+            }
+            None => self.active_weight -= u64::from(st.weight),
+        }
+        self.v = self.v.max(start);
+        self.pending -= 1;
+        // Sweep once per max(64, tenants) dispatches: amortised O(1).
+        self.pops_since_sweep += 1;
+        if self.pops_since_sweep >= self.tenants.len().max(64) {
+            self.sweep();
+        }
+        Some(Dispatch {
+            ticket,
+            tenant: id,
+            cost: p.cost,
+        })
+    }
+
+    /// Forget idle tenants whose finish tag lies at or below `V`. Such a
+    /// tenant returns at `V − τ_v`, where keeping it would have given
+    /// `max(F_t, V − τ_v)`: at most the catch-up bound it may have anyway.
+    fn sweep(&mut self) {
+        let v = self.v;
+        self.tenants
+            .retain(|_, s| !s.queue.is_empty() || s.finish > v);
+        self.pops_since_sweep = 0;
+    }
+
+    /// Requests waiting.
+    pub fn len(&self) -> usize {
+        self.pending
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.pending == 0
+    }
+
+    /// Tenants this queue currently keeps state for.
+    pub fn tenants(&self) -> usize {
+        self.tenants.len()
+    }
+
+    /// The sum of the weights of the tenants with waiting requests.
+    pub fn active_weight(&self) -> u64 {
+        self.active_weight
+    }
+}
+
+/// How a waiting caller got its turn at the bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Nobody was waiting: charge the bucket at once (lock-free).
+    Alone,
+    /// Dispatched from the fair queue; holds the single booking.
+    Dispatched,
+}
+
+#[derive(Debug)]
+struct GateState {
+    queue: FairQueue,
+    /// Requests charged into the bucket whose wait has not ended.
+    booked: u64,
+    parked: HashMap<Ticket, std::thread::Thread>,
+}
+
+/// The blocking side of the fair order: waiting callers queue in a
+/// [`FairQueue`] and go to the bucket one booking at a time.
+///
+/// # Memory ordering
+///
+/// `waiting` counts callers that are queued or hold a booking; it is only a
+/// hint for the fast path (a relaxed-enough `Acquire` load: a caller that
+/// reads 0 just before a queue forms is charged first-come, which is what it
+/// would have been a moment earlier). Everything that decides the order is
+/// under the mutex; tokens are charged only by the bucket, exactly once per
+/// request, whichever way the caller came, so no interleaving loses or
+/// creates tokens.
+#[derive(Debug)]
+pub(crate) struct FairGate {
+    waiting: crate::sync::AtomicU64,
+    state: crate::sync::Mutex<GateState>,
+}
+
+impl FairGate {
+    pub(crate) fn new(tau: Duration) -> Result<Self, ThrottleError> {
+        Ok(Self {
+            waiting: crate::sync::AtomicU64::new(0),
+            state: crate::sync::Mutex::new(GateState {
+                queue: FairQueue::new(tau)?,
+                booked: 0,
+                parked: HashMap::new(),
+            }),
+        })
+    }
+
+    /// Wait for this caller's turn at the bucket.
+    pub(crate) fn enter(&self, tenant: &Tenant, cost: u64, rate: u64) -> Turn {
+        use crate::sync::Ordering;
+        if self.waiting.load(Ordering::Acquire) == 0 {
+            return Turn::Alone;
+        }
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let mut st = crate::sync::lock(&self.state);
+        let ticket = st.queue.push(tenant, cost, rate);
+        loop {
+            if st.booked == 0 && st.queue.peek() == Some(ticket) {
+                st.queue.pop();
+                st.parked.remove(&ticket);
+                st.booked += 1;
+                return Turn::Dispatched;
+            }
+            st.parked.insert(ticket, std::thread::current());
+            drop(st);
+            std::thread::park();
+            st = crate::sync::lock(&self.state);
+        }
+    }
+
+    /// An [`Turn::Alone`] caller found the bucket in debt: it now holds a
+    /// booking, and later callers queue behind it.
+    pub(crate) fn book_alone(&self) {
+        use crate::sync::Ordering;
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        crate::sync::lock(&self.state).booked += 1;
+    }
+
+    /// A booking's wait ended (or failed): let the next request go.
+    pub(crate) fn release(&self) {
+        use crate::sync::Ordering;
+        {
+            let mut st = crate::sync::lock(&self.state);
+            st.booked -= 1;
+            if st.booked == 0
+                && let Some(head) = st.queue.peek()
+                && let Some(thread) = st.parked.remove(&head)
+            {
+                thread.unpark();
+            }
+        }
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Requests queued (not counting bookings).
+    pub(crate) fn queued(&self) -> usize {
+        crate::sync::lock(&self.state).queue.len()
+    }
+}
