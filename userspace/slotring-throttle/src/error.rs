@@ -84,6 +84,14 @@ pub enum ThrottleError {
         /// The largest accepted bound, ns.
         max_ns: u128,
     },
+    /// An operations limit set on a throttler built without one.
+    #[error("throttler `{name}`: cannot set an operations limit of {ops}/s: built without one")]
+    NoOpsLimit {
+        /// Throttler name.
+        name: String,
+        /// The rejected limit.
+        ops: u64,
+    },
 }
 
 #[cfg(test)]

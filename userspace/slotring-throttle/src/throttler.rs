@@ -96,9 +96,20 @@ pub struct ThrottlerBuilder {
     wait: Arc<dyn WaitStrategy>,
     name: String,
     tau: Duration,
+    max_ops: u64,
 }
 
 impl ThrottlerBuilder {
+    /// Also limit operations: at most `ops` requests per second (0 = no
+    /// limit), with the same burst duration. Every charge at this level is
+    /// one operation; a request waits until both the bytes and the
+    /// operations bucket allow it (cgroup `io.max` riops, Firecracker's ops
+    /// bucket).
+    pub fn max_ops(mut self, ops: u64) -> Self {
+        self.max_ops = ops;
+        self
+    }
+
     /// The catch-up bound `τ` for tenants returning from idle (default
     /// [`DEFAULT_TAU`], at most [`crate::MAX_TAU`]); see [`Tenant`].
     pub fn tau(mut self, tau: Duration) -> Self {
@@ -158,7 +169,16 @@ impl ThrottlerBuilder {
         let burst_ns = u64::try_from(self.burst.as_nanos()).unwrap_or(u64::MAX);
         let bucket = Bucket::new(self.max_speed, burst_ns, clock.now_ns())
             .map_err(|e| map_cfg_err(e, self.max_speed, burst_ns))?;
+        let ops = if self.max_ops > 0 {
+            Some(
+                Bucket::new(self.max_ops, burst_ns, clock.now_ns())
+                    .map_err(|e| map_cfg_err(e, self.max_ops, burst_ns))?,
+            )
+        } else {
+            None
+        };
         Ok(Throttler {
+            ops,
             gate: FairGate::new(self.tau)?,
             clamp: (!clock.never_steps_back()).then(ClampState::new),
             bucket,
@@ -203,6 +223,8 @@ pub struct Throttler {
     name: String,
     /// The fair order among waiting tenants (see the `fair` module).
     gate: FairGate,
+    /// The operations bucket (one token per charge), if limited.
+    ops: Option<Bucket>,
 }
 
 /// What one level decided, before any waiting.
@@ -229,6 +251,7 @@ impl Throttler {
             wait: Arc::new(BlockingWait),
             name: String::from("throttler"),
             tau: DEFAULT_TAU,
+            max_ops: 0,
         }
     }
 
@@ -240,6 +263,51 @@ impl Throttler {
     /// The configured rate, tokens/s (0 = unlimited).
     pub fn max_speed(&self) -> u64 {
         self.bucket.rate()
+    }
+
+    /// The operations limit, requests/s (0 = none); see
+    /// [`ThrottlerBuilder::max_ops`].
+    pub fn max_ops(&self) -> u64 {
+        self.ops.as_ref().map_or(0, Bucket::rate)
+    }
+
+    /// Change the operations limit at run time (keeping its tokens, as
+    /// [`Throttler::set_max_speed`] does). Only a throttler built with an
+    /// operations limit has one; 0 makes it unlimited.
+    pub fn set_max_ops(&self, ops: u64) -> Result<(), ThrottleError> {
+        match &self.ops {
+            Some(b) => b
+                .set_rate(ops, self.now())
+                .map_err(|e| map_cfg_err(e, ops, b.burst_ns())),
+            None if ops == 0 => Ok(()),
+            None => Err(ThrottleError::NoOpsLimit {
+                name: self.name.clone(),
+                ops,
+            }),
+        }
+    }
+
+    /// Whether any bucket here limits (so waits, and fairness, can happen).
+    fn limited(&self) -> bool {
+        self.max_speed() > 0 || self.max_ops() > 0
+    }
+
+    /// A request's cost in the fair order, and the rate that cost drains at:
+    /// bytes at the byte rate, or, with an operations limit, the time the
+    /// request occupies the two limits (`bytes/rate + 1/ops`, in ns; Seastar's
+    /// normalised cost).
+    fn fair_cost(&self, amount: u64) -> (u64, u64) {
+        let (rate, ops) = (self.max_speed(), self.max_ops());
+        if ops == 0 {
+            return (amount, rate);
+        }
+        let bytes_ns = if rate == 0 {
+            0
+        } else {
+            u128::from(amount) * 1_000_000_000 / u128::from(rate)
+        };
+        let ns = bytes_ns + 1_000_000_000 / u128::from(ops);
+        (u64::try_from(ns).unwrap_or(u64::MAX), 1_000_000_000)
     }
 
     /// The burst, as a duration of `max_speed`.
@@ -334,13 +402,30 @@ impl Throttler {
                 message: self.limit_message.clone(),
             });
         }
-        let max_block_ns = u64::try_from(max_block.as_nanos()).unwrap_or(u64::MAX);
-        let wait_ns = if max_block_ns > 0 && charged.rate > 0 && charged.tokens_nano < 0 {
-            charged.wait_ns.min(max_block_ns)
+        let mut wait_ns = if charged.rate > 0 && charged.tokens_nano < 0 {
+            charged.wait_ns
         } else {
             0
         };
-        Ok(Decision { wait_ns })
+        if let Some(ops) = &self.ops {
+            // One operation; its debt is at most one token per charge, far
+            // below the exact range, so this never fails after the bytes.
+            let op = ops.charge(1, now_ns).map_err(|e| match e {
+                BucketError::Debt(d) => ThrottleError::DebtOverflow {
+                    name: self.name.clone(),
+                    debt_tokens: BucketError::debt_tokens(d),
+                    max_tokens: BucketError::debt_tokens(MAX_DEBT_NANO),
+                },
+                other => map_cfg_err(other, ops.rate(), ops.burst_ns()),
+            })?;
+            if op.rate > 0 && op.tokens_nano < 0 {
+                wait_ns = wait_ns.max(op.wait_ns);
+            }
+        }
+        let max_block_ns = u64::try_from(max_block.as_nanos()).unwrap_or(u64::MAX);
+        Ok(Decision {
+            wait_ns: wait_ns.min(max_block_ns),
+        })
     }
 
     /// Add `amount` to the lifetime count, refusing (and changing nothing)
@@ -380,7 +465,8 @@ impl Throttler {
         let Some(tenant) = Tenant::current() else {
             return self.throttle(amount, max_block);
         };
-        let turn = self.gate.enter(&tenant, amount, self.max_speed());
+        let (cost, rate) = self.fair_cost(amount);
+        let turn = self.gate.enter(&tenant, cost, rate);
         let now = self.now();
         let d = match self.charge_level(amount, max_block, now) {
             Ok(d) => d,
@@ -441,7 +527,7 @@ impl Throttler {
 
 impl Throttle for Throttler {
     fn throttle(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
-        if Tenant::has_current() && self.max_speed() > 0 {
+        if Tenant::has_current() && self.limited() {
             return self.throttle_fair(amount, max_block);
         }
         let now = self.now();
