@@ -122,6 +122,8 @@ impl Tenant {
     /// Make this the calling thread's current tenant until the guard drops:
     /// every throttler the thread waits on then charges it as this tenant.
     /// Guards nest; dropping one restores the tenant that was current before.
+    /// A tenant entered here takes precedence over the tenant of the
+    /// thread's current CPU lease (see [`crate::LeaseHook::current_tenant`]).
     pub fn enter(&self) -> TenantScope {
         let prev = CURRENT.with(|c| c.borrow_mut().replace(self.clone()));
         TenantScope {
@@ -130,14 +132,20 @@ impl Tenant {
         }
     }
 
-    /// The calling thread's current tenant, if any.
+    /// The calling thread's current tenant, if any: the one entered with
+    /// [`Tenant::enter`], else the one its current CPU lease carries.
     pub fn current() -> Option<Tenant> {
-        CURRENT.try_with(|c| c.borrow().clone()).ok().flatten()
+        CURRENT
+            .try_with(|c| c.borrow().clone())
+            .ok()
+            .flatten()
+            .or_else(crate::park::lease_tenant)
     }
 
     /// Whether the calling thread has a current tenant (no clone).
     pub(crate) fn has_current() -> bool {
         CURRENT.try_with(|c| c.borrow().is_some()).unwrap_or(false)
+            || crate::park::has_lease_tenant()
     }
 }
 
