@@ -18,9 +18,11 @@
 //!   `F_t`) gets `S = max(F_t, V − τ_v)` and `F_t ← S + L/w_t`; each tenant's
 //!   requests keep their arrival order;
 //! * the waiting request with the smallest `S` (ties: arrival order) goes
-//!   next. Only one request at a time is *booked* into the bucket ahead of
-//!   its deadline, so a request arriving with a smaller tag overtakes every
-//!   queued one and waits behind at most one booked request.
+//!   next: it is charged to the bucket once the bookings already there end
+//!   within `τ` (the *booking horizon*), so a request arriving with a
+//!   smaller tag overtakes every queued one and waits behind at most `τ` of
+//!   booked requests (plus the one that crosses it), while the hand-over
+//!   from one sleeper to the next never leaves the bucket idle.
 //!
 //! While tenants are backlogged, each receives `rate · w_t / Σw` (SFQ's bound:
 //! any two backlogged tenants' normalised service differs by at most
@@ -338,38 +340,48 @@ impl FairQueue {
     }
 }
 
-/// How a waiting caller got its turn at the bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Turn {
-    /// Nobody was waiting: charge the bucket at once (lock-free).
-    Alone,
-    /// Dispatched from the fair queue; holds the single booking.
-    Dispatched,
-}
-
 #[derive(Debug)]
 struct GateState {
     queue: FairQueue,
     /// Requests charged into the bucket whose wait has not ended.
     booked: u64,
+    /// The latest deadline among them (clock ns).
+    booked_until: u64,
     parked: HashMap<Ticket, std::thread::Thread>,
 }
 
+impl GateState {
+    /// Wake the request that goes next, so it can check its turn.
+    fn wake_head(&mut self) {
+        if let Some(head) = self.queue.peek()
+            && let Some(thread) = self.parked.remove(&head)
+        {
+            thread.unpark();
+        }
+    }
+}
+
 /// The blocking side of the fair order: waiting callers queue in a
-/// [`FairQueue`] and go to the bucket one booking at a time.
+/// [`FairQueue`] and reach the bucket in its order. The next request is
+/// charged once the bookings already in the bucket end within the *booking
+/// horizon* `τ` (the catch-up bound: one parameter, "how far ahead of the
+/// fair order anything may run"), so a request arriving ahead in the order
+/// waits behind at most `τ` of others' bookings, and the hand-over from one
+/// sleeper to the next never idles the bucket.
 ///
 /// # Memory ordering
 ///
 /// `waiting` counts callers that are queued or hold a booking; it is only a
-/// hint for the fast path (a relaxed-enough `Acquire` load: a caller that
-/// reads 0 just before a queue forms is charged first-come, which is what it
-/// would have been a moment earlier). Everything that decides the order is
-/// under the mutex; tokens are charged only by the bucket, exactly once per
-/// request, whichever way the caller came, so no interleaving loses or
-/// creates tokens.
+/// hint for the fast path (`Acquire` load: a caller that reads 0 just
+/// before a queue forms is charged first-come, which is what it would have
+/// been a moment earlier). Everything that decides the order, and every
+/// bucket charge of a queued caller, happens under the mutex; tokens are
+/// charged only by the bucket, exactly once per request, whichever way the
+/// caller came, so no interleaving loses or creates tokens.
 #[derive(Debug)]
 pub(crate) struct FairGate {
     waiting: crate::sync::AtomicU64,
+    horizon_ns: u64,
     state: crate::sync::Mutex<GateState>,
 }
 
@@ -377,43 +389,84 @@ impl FairGate {
     pub(crate) fn new(tau: Duration) -> Result<Self, ThrottleError> {
         Ok(Self {
             waiting: crate::sync::AtomicU64::new(0),
+            horizon_ns: u64::try_from(tau.as_nanos()).unwrap_or(u64::MAX),
             state: crate::sync::Mutex::new(GateState {
                 queue: FairQueue::new(tau)?,
                 booked: 0,
+                booked_until: 0,
                 parked: HashMap::new(),
             }),
         })
     }
 
-    /// Wait for this caller's turn at the bucket.
-    pub(crate) fn enter(&self, tenant: &Tenant, cost: u64, rate: u64) -> Turn {
+    /// Whether nobody waits: a caller may go straight to the bucket without
+    /// a lock or even knowing its tenant (then [`FairGate::book_alone`] if
+    /// the bucket made it wait).
+    pub(crate) fn idle(&self) -> bool {
+        self.waiting.load(crate::sync::Ordering::Acquire) == 0
+    }
+
+    /// Queue for this caller's turn, then `charge` the bucket at the clock
+    /// reading `now()` (under the lock, so charges follow the fair order).
+    /// `charge` returns the wait; returns `(charged at, wait)`. A wait > 0
+    /// holds a booking: call [`FairGate::release`] when it ends.
+    pub(crate) fn enter(
+        &self,
+        tenant: &Tenant,
+        cost: u64,
+        rate: u64,
+        now: &dyn Fn() -> u64,
+        charge: impl FnOnce(u64) -> Result<u64, ThrottleError>,
+    ) -> Result<(u64, u64), ThrottleError> {
         use crate::sync::Ordering;
-        if self.waiting.load(Ordering::Acquire) == 0 {
-            return Turn::Alone;
-        }
         self.waiting.fetch_add(1, Ordering::AcqRel);
         let mut st = crate::sync::lock(&self.state);
         let ticket = st.queue.push(tenant, cost, rate);
         loop {
-            if st.booked == 0 && st.queue.peek() == Some(ticket) {
+            let t = now();
+            let head = st.queue.peek() == Some(ticket);
+            let within = st.booked == 0 || st.booked_until <= t.saturating_add(self.horizon_ns);
+            if head && within {
                 st.queue.pop();
                 st.parked.remove(&ticket);
-                st.booked += 1;
-                return Turn::Dispatched;
+                let charged = charge(t);
+                match charged {
+                    Ok(wait) if wait > 0 => {
+                        st.booked += 1;
+                        st.booked_until = st.booked_until.max(t.saturating_add(wait));
+                    }
+                    _ => {
+                        self.waiting.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
+                st.wake_head();
+                return charged.map(|wait| (t, wait));
             }
             st.parked.insert(ticket, std::thread::current());
+            let timeout = (head && st.booked > 0).then(|| {
+                st.booked_until
+                    .saturating_sub(self.horizon_ns)
+                    .saturating_sub(t)
+                    .max(1_000)
+            });
             drop(st);
-            std::thread::park();
+            match timeout {
+                Some(ns) => std::thread::park_timeout(Duration::from_nanos(ns)),
+                None => std::thread::park(),
+            }
             st = crate::sync::lock(&self.state);
         }
     }
 
-    /// An [`Turn::Alone`] caller found the bucket in debt: it now holds a
-    /// booking, and later callers queue behind it.
-    pub(crate) fn book_alone(&self) {
+    /// A caller that went straight to the bucket ([`FairGate::idle`]) must
+    /// wait until `deadline`: it now holds a booking, and later callers
+    /// queue behind it.
+    pub(crate) fn book_alone(&self, deadline: u64) {
         use crate::sync::Ordering;
         self.waiting.fetch_add(1, Ordering::AcqRel);
-        crate::sync::lock(&self.state).booked += 1;
+        let mut st = crate::sync::lock(&self.state);
+        st.booked += 1;
+        st.booked_until = st.booked_until.max(deadline);
     }
 
     /// A booking's wait ended (or failed): let the next request go.
@@ -422,12 +475,7 @@ impl FairGate {
         {
             let mut st = crate::sync::lock(&self.state);
             st.booked -= 1;
-            if st.booked == 0
-                && let Some(head) = st.queue.peek()
-                && let Some(thread) = st.parked.remove(&head)
-            {
-                thread.unpark();
-            }
+            st.wake_head();
         }
         self.waiting.fetch_sub(1, Ordering::AcqRel);
     }

@@ -8,7 +8,7 @@ use crate::bucket::{Bucket, BucketError, MAX_DEBT_NANO};
 use crate::clock::{ClampState, Clock, MonotonicClock};
 use crate::counters::{Blocked, LiveCounters, ThrottleCounters};
 use crate::error::ThrottleError;
-use crate::fair::{DEFAULT_TAU, FairGate, Tenant, Turn};
+use crate::fair::{DEFAULT_TAU, FairGate, Tenant};
 use crate::sync::Ordering;
 use crate::wait::{BlockingWait, WaitStrategy};
 
@@ -459,34 +459,47 @@ impl Throttler {
         }
     }
 
+    /// ClickHouse's `throttle`: charge here at once, wait for this level's
+    /// deficit, then the parent (today's path, without a tenant).
+    fn throttle_first_come(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
+        let now = self.now();
+        let d = self.charge_level(amount, max_block, now)?;
+        let block = d.wait_ns > 0;
+        if block {
+            self.perform_wait(now, d.wait_ns)?;
+        }
+        let parent_block = match &self.parent {
+            Some(p) => p.throttle(amount, max_block)?,
+            None => false,
+        };
+        Ok(block || parent_block)
+    }
+
     /// Charge `amount` as the calling thread's current tenant: wait for its
     /// fair turn at the bucket, then charge and wait as usual; then the parent.
     fn throttle_fair(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
-        let Some(tenant) = Tenant::current() else {
-            return self.throttle(amount, max_block);
-        };
-        let (cost, rate) = self.fair_cost(amount);
-        let turn = self.gate.enter(&tenant, cost, rate);
-        let now = self.now();
-        let d = match self.charge_level(amount, max_block, now) {
-            Ok(d) => d,
-            Err(e) => {
-                if turn == Turn::Dispatched {
-                    self.gate.release();
-                }
-                return Err(e);
+        let (start, wait_ns) = if self.gate.idle() {
+            let now = self.now();
+            let d = self.charge_level(amount, max_block, now)?;
+            if d.wait_ns > 0 {
+                self.gate.book_alone(now.saturating_add(d.wait_ns));
             }
+            (now, d.wait_ns)
+        } else {
+            let Some(tenant) = Tenant::current() else {
+                return self.throttle_first_come(amount, max_block);
+            };
+            let (cost, rate) = self.fair_cost(amount);
+            self.gate
+                .enter(&tenant, cost, rate, &|| self.now(), |now| {
+                    Ok(self.charge_level(amount, max_block, now)?.wait_ns)
+                })?
         };
-        let block = d.wait_ns > 0;
+        let block = wait_ns > 0;
         if block {
-            if turn == Turn::Alone {
-                self.gate.book_alone();
-            }
-            let waited = self.perform_wait(now, d.wait_ns);
+            let waited = self.perform_wait(start, wait_ns);
             self.gate.release();
             waited?;
-        } else if turn == Turn::Dispatched {
-            self.gate.release();
         }
         let parent_block = match &self.parent {
             Some(p) => p.throttle(amount, max_block)?,
@@ -530,17 +543,7 @@ impl Throttle for Throttler {
         if Tenant::has_current() && self.limited() {
             return self.throttle_fair(amount, max_block);
         }
-        let now = self.now();
-        let d = self.charge_level(amount, max_block, now)?;
-        let block = d.wait_ns > 0;
-        if block {
-            self.perform_wait(now, d.wait_ns)?;
-        }
-        let parent_block = match &self.parent {
-            Some(p) => p.throttle(amount, max_block)?,
-            None => false,
-        };
-        Ok(block || parent_block)
+        self.throttle_first_come(amount, max_block)
     }
 
     fn throttle_page_cache_read(

@@ -555,3 +555,43 @@ mod model {
         }
     }
 }
+
+#[test]
+fn bookings_run_ahead_of_the_fair_order_by_at_most_tau() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let gated = Arc::new(Gated::default());
+    let t = Arc::new(
+        Throttler::builder(1000)
+            .clock(clock.clone())
+            .burst(Duration::ZERO)
+            .tau(Duration::from_millis(5))
+            .wait_strategy(gated.clone())
+            .build()
+            .unwrap(),
+    );
+    let a = Tenant::new("a", 1).unwrap();
+    let mut threads = vec![];
+    // Each request is 1 ms of the rate. The bookings end at 1, 2, …, 6 ms:
+    // the sixth starts when 5 ms are booked (≤ τ), the seventh would run
+    // 6 ms ahead and queues.
+    for n in 1..=7 {
+        let (t2, a) = (t.clone(), a.clone());
+        threads.push(std::thread::spawn(move || {
+            t2.throttle_as(&a, 1, UNLIMITED_BLOCK).unwrap()
+        }));
+        if n <= 6 {
+            spin_until("books", || gated.waiting() == n);
+        } else {
+            spin_until("queues", || t.fair_queued() == 1);
+        }
+    }
+    assert_eq!(gated.waiting(), 6, "the seventh waits for the horizon");
+    for _ in 0..7 {
+        gated.release_one();
+    }
+    for th in threads {
+        assert!(th.join().unwrap());
+    }
+    assert_eq!(t.count(), 7);
+    assert_eq!(clock.now_ns() - T0, 7 * SEC / 1000, "exactly the rate");
+}
