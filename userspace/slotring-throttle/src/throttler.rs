@@ -390,17 +390,6 @@ impl Throttler {
             },
             other => map_cfg_err(other, self.max_speed(), self.bucket.burst_ns()),
         })?;
-        let count = self.add_count(amount);
-        // A saturated count has passed every limit (none lies above
-        // u64::MAX), also `limit = u64::MAX`, which `count > limit` misses.
-        if self.limit != 0 && (count > self.limit || count == u64::MAX) {
-            return Err(ThrottleError::LimitExceeded {
-                name: self.name.clone(),
-                limit: self.limit,
-                count,
-                message: self.limit_message.clone(),
-            });
-        }
         let mut wait_ns = if charged.rate > 0 && charged.tokens_nano < 0 {
             charged.wait_ns
         } else {
@@ -420,6 +409,17 @@ impl Throttler {
             if op.rate > 0 && op.tokens_nano < 0 {
                 wait_ns = wait_ns.max(op.wait_ns);
             }
+        }
+        let count = self.add_count(amount);
+        // A saturated count has passed every limit (none lies above
+        // u64::MAX), also `limit = u64::MAX`, which `count > limit` misses.
+        if self.limit != 0 && (count > self.limit || count == u64::MAX) {
+            return Err(ThrottleError::LimitExceeded {
+                name: self.name.clone(),
+                limit: self.limit,
+                count,
+                message: self.limit_message.clone(),
+            });
         }
         let max_block_ns = u64::try_from(max_block.as_nanos()).unwrap_or(u64::MAX);
         Ok(Decision {
