@@ -38,11 +38,16 @@
 //!
 //! # Scope
 //!
-//! The order applies to callers that *wait* ([`crate::Throttle::throttle`]
-//! on a [`crate::Throttler`] while a tenant is current on the thread, see
-//! [`Tenant::enter`]). [`crate::Throttle::reserve`] books at once and cannot
-//! be reordered later, so it stays first-come (today's behaviour) even when a
-//! tenant is current.
+//! The order applies wherever a tenant is current on the calling thread
+//! ([`Tenant::enter`], or the tenant of the thread's current CPU lease):
+//! [`crate::Throttle::throttle`] takes its turn, then waits as today; and
+//! [`crate::Throttle::reserve`] (the io_uring and pread engines) takes its
+//! turn, then books, so the delay it returns — the deadline of the ring's
+//! timeout SQE — is the fair one. Taking a turn waits (CPU lease parked)
+//! only while other requests queue or the bookings run more than `τ` ahead;
+//! alone, a tenant never waits for a turn and every wait is today's. An
+//! async runtime thread must not have a tenant current (its reservation
+//! could block the runtime): the async handle stays first-come.
 //!
 //! # Bad input
 //!
@@ -343,10 +348,6 @@ impl FairQueue {
 #[derive(Debug)]
 struct GateState {
     queue: FairQueue,
-    /// Requests charged into the bucket whose wait has not ended.
-    booked: u64,
-    /// The latest deadline among them (clock ns).
-    booked_until: u64,
     parked: HashMap<Ticket, std::thread::Thread>,
 }
 
@@ -361,26 +362,31 @@ impl GateState {
     }
 }
 
-/// The blocking side of the fair order: waiting callers queue in a
+/// The blocking side of the fair order: tenants' callers queue in a
 /// [`FairQueue`] and reach the bucket in its order. The next request is
 /// charged once the bookings already in the bucket end within the *booking
 /// horizon* `τ` (the catch-up bound: one parameter, "how far ahead of the
 /// fair order anything may run"), so a request arriving ahead in the order
 /// waits behind at most `τ` of others' bookings, and the hand-over from one
-/// sleeper to the next never idles the bucket.
+/// request to the next never idles the bucket. Bookings are tracked by their
+/// end (`booked_until`), not by their callers, so a booking made for
+/// [`crate::Throttle::reserve`] (whose caller waits elsewhere, e.g. in a
+/// timeout SQE) holds the horizon exactly like a sleeping caller.
 ///
 /// # Memory ordering
 ///
-/// `waiting` counts callers that are queued or hold a booking; it is only a
-/// hint for the fast path (`Acquire` load: a caller that reads 0 just
-/// before a queue forms is charged first-come, which is what it would have
-/// been a moment earlier). Everything that decides the order, and every
-/// bucket charge of a queued caller, happens under the mutex; tokens are
-/// charged only by the bucket, exactly once per request, whichever way the
-/// caller came, so no interleaving loses or creates tokens.
+/// `queued` and `booked_until` are hints for the lock-free fast path
+/// (`Acquire` loads; `booked_until` only grows, by `fetch_max`): a caller
+/// that finds nobody queued and the bookings within `τ` charges the bucket at
+/// once, which is what the fair order would do; two such callers racing may
+/// both book, running ahead by one request each (bounded by the number of
+/// threads, never losing or creating a token). Everything that decides the
+/// order, and every charge of a queued caller, happens under the mutex;
+/// tokens are charged only by the bucket, exactly once per request.
 #[derive(Debug)]
 pub(crate) struct FairGate {
-    waiting: crate::sync::AtomicU64,
+    queued: crate::sync::AtomicU64,
+    booked_until: crate::sync::AtomicU64,
     horizon_ns: u64,
     state: crate::sync::Mutex<GateState>,
 }
@@ -388,66 +394,72 @@ pub(crate) struct FairGate {
 impl FairGate {
     pub(crate) fn new(tau: Duration) -> Result<Self, ThrottleError> {
         Ok(Self {
-            waiting: crate::sync::AtomicU64::new(0),
+            queued: crate::sync::AtomicU64::new(0),
+            booked_until: crate::sync::AtomicU64::new(0),
             horizon_ns: u64::try_from(tau.as_nanos()).unwrap_or(u64::MAX),
             state: crate::sync::Mutex::new(GateState {
                 queue: FairQueue::new(tau)?,
-                booked: 0,
-                booked_until: 0,
                 parked: HashMap::new(),
             }),
         })
     }
 
-    /// Whether nobody waits: a caller may go straight to the bucket without
-    /// a lock or even knowing its tenant (then [`FairGate::book_alone`] if
-    /// the bucket made it wait).
-    pub(crate) fn idle(&self) -> bool {
-        self.waiting.load(crate::sync::Ordering::Acquire) == 0
+    /// Whether a caller at `now` may charge at once: nobody queued and the
+    /// bookings end within the horizon.
+    pub(crate) fn open(&self, now: u64) -> bool {
+        use crate::sync::Ordering;
+        self.queued.load(Ordering::Acquire) == 0
+            && self.booked_until.load(Ordering::Acquire) <= now.saturating_add(self.horizon_ns)
     }
 
-    /// Queue for this caller's turn, then `charge` the bucket at the clock
-    /// reading `now()` (under the lock, so charges follow the fair order).
-    /// `charge` returns the wait; returns `(charged at, wait)`. A wait > 0
-    /// holds a booking: call [`FairGate::release`] when it ends.
-    pub(crate) fn enter(
+    /// Record a booking that ends at `deadline`.
+    pub(crate) fn booked(&self, deadline: u64) {
+        self.booked_until
+            .fetch_max(deadline, crate::sync::Ordering::AcqRel);
+    }
+
+    /// Queue for this caller's turn (the calling thread's CPU lease parked
+    /// meanwhile), then `charge` the bucket at the clock reading `now()`,
+    /// under the lock so that charges follow the fair order. `charge`
+    /// returns the booking's end (clock ns); returns `now()` at the turn and
+    /// what `charge` returned.
+    pub(crate) fn enter<T>(
         &self,
         tenant: &Tenant,
         cost: u64,
         rate: u64,
         now: &dyn Fn() -> u64,
-        charge: impl FnOnce(u64) -> Result<u64, ThrottleError>,
-    ) -> Result<(u64, u64), ThrottleError> {
+        charge: impl FnOnce(u64) -> Result<(u64, T), ThrottleError>,
+    ) -> Result<(u64, T), ThrottleError> {
         use crate::sync::Ordering;
-        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let _parked = crate::park::park_current_lease();
+        self.queued.fetch_add(1, Ordering::AcqRel);
         let mut st = crate::sync::lock(&self.state);
         let ticket = st.queue.push(tenant, cost, rate);
         loop {
             let t = now();
             let head = st.queue.peek() == Some(ticket);
-            let within = st.booked == 0 || st.booked_until <= t.saturating_add(self.horizon_ns);
-            if head && within {
+            let until = self.booked_until.load(Ordering::Acquire);
+            if head && until <= t.saturating_add(self.horizon_ns) {
                 st.queue.pop();
                 st.parked.remove(&ticket);
                 let charged = charge(t);
-                match charged {
-                    Ok(wait) if wait > 0 => {
-                        st.booked += 1;
-                        st.booked_until = st.booked_until.max(t.saturating_add(wait));
-                    }
-                    _ => {
-                        self.waiting.fetch_sub(1, Ordering::AcqRel);
-                    }
+                if let Ok((end, _)) = &charged {
+                    self.booked(*end);
                 }
+                self.queued.fetch_sub(1, Ordering::AcqRel);
                 st.wake_head();
-                return charged.map(|wait| (t, wait));
+                return charged.map(|(_, v)| (t, v));
             }
             st.parked.insert(ticket, std::thread::current());
-            let timeout = (head && st.booked > 0).then(|| {
-                st.booked_until
+            // The head wakes when the bookings come within the horizon (a
+            // clock it cannot be told about, so it polls at most every
+            // millisecond); the others when they become the head.
+            let timeout = head.then(|| {
+                until
                     .saturating_sub(self.horizon_ns)
                     .saturating_sub(t)
-                    .max(1_000)
+                    .clamp(1_000, 1_000_000)
             });
             drop(st);
             match timeout {
@@ -458,29 +470,7 @@ impl FairGate {
         }
     }
 
-    /// A caller that went straight to the bucket ([`FairGate::idle`]) must
-    /// wait until `deadline`: it now holds a booking, and later callers
-    /// queue behind it.
-    pub(crate) fn book_alone(&self, deadline: u64) {
-        use crate::sync::Ordering;
-        self.waiting.fetch_add(1, Ordering::AcqRel);
-        let mut st = crate::sync::lock(&self.state);
-        st.booked += 1;
-        st.booked_until = st.booked_until.max(deadline);
-    }
-
-    /// A booking's wait ended (or failed): let the next request go.
-    pub(crate) fn release(&self) {
-        use crate::sync::Ordering;
-        {
-            let mut st = crate::sync::lock(&self.state);
-            st.booked -= 1;
-            st.wake_head();
-        }
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
-    }
-
-    /// Requests queued (not counting bookings).
+    /// Requests queued.
     pub(crate) fn queued(&self) -> usize {
         crate::sync::lock(&self.state).queue.len()
     }

@@ -71,6 +71,12 @@ pub trait Throttle: Send + Sync + Debug {
     /// below; this level is charged at `now + after_ns`, exactly as if the
     /// caller had already waited that long. Waits are recorded in the
     /// counters as booked.
+    ///
+    /// Without a current [`Tenant`] this never waits. With one, a
+    /// [`Throttler`] first takes the tenant's turn in its fair order (which
+    /// waits, CPU lease parked, only while other tenants' requests queue
+    /// there or its bookings run more than `τ` ahead), then books; the
+    /// returned delay runs from the return.
     fn reserve(
         &self,
         amount: u64,
@@ -230,6 +236,16 @@ pub struct Throttler {
 
 /// What one level decided, before any waiting.
 struct Decision {
+    wait_ns: u64,
+}
+
+/// A charge taken in the fair order.
+struct FairCharge {
+    /// When the caller's turn came (clock ns).
+    turn_ns: u64,
+    /// From the turn to the end of this level's wait.
+    delay_ns: u64,
+    /// This level's own wait.
     wait_ns: u64,
 }
 
@@ -482,34 +498,59 @@ impl Throttler {
     /// Charge `amount` as the calling thread's current tenant: wait for its
     /// fair turn at the bucket, then charge and wait as usual; then the parent.
     fn throttle_fair(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
-        let (start, wait_ns) = if self.gate.idle() {
-            let now = self.now();
-            let d = self.charge_level(amount, max_block, now)?;
-            if d.wait_ns > 0 {
-                self.gate.book_alone(now.saturating_add(d.wait_ns));
-            }
-            (now, d.wait_ns)
-        } else {
-            let Some(tenant) = Tenant::current() else {
-                return self.throttle_first_come(amount, max_block);
-            };
-            let (cost, rate) = self.fair_cost(amount);
-            self.gate
-                .enter(&tenant, cost, rate, &|| self.now(), |now| {
-                    Ok(self.charge_level(amount, max_block, now)?.wait_ns)
-                })?
-        };
-        let block = wait_ns > 0;
+        let f = self.charge_fair(amount, max_block, 0)?;
+        let block = f.wait_ns > 0;
         if block {
-            let waited = self.perform_wait(start, wait_ns);
-            self.gate.release();
-            waited?;
+            self.perform_wait(f.turn_ns, f.delay_ns)?;
         }
         let parent_block = match &self.parent {
             Some(p) => p.throttle(amount, max_block)?,
             None => false,
         };
         Ok(block || parent_block)
+    }
+
+    /// Take the calling thread's tenant's fair turn at this level, then
+    /// charge this level at `max(turn, call + after_ns)` (the end of the
+    /// delay booked below, as [`Throttle::reserve`] does). Waits only while
+    /// other tenants' requests queue here or the bookings run more than `τ`
+    /// ahead.
+    fn charge_fair(
+        &self,
+        amount: u64,
+        max_block: Duration,
+        after_ns: u64,
+    ) -> Result<FairCharge, ThrottleError> {
+        let call = self.now();
+        let below_end = call.saturating_add(after_ns);
+        let charge = |turn: u64| -> Result<(u64, FairCharge), ThrottleError> {
+            let at = turn.max(below_end);
+            let wait_ns = self.charge_level(amount, max_block, at)?.wait_ns;
+            let end = at.saturating_add(wait_ns);
+            Ok((
+                end,
+                FairCharge {
+                    turn_ns: turn,
+                    delay_ns: end - turn,
+                    wait_ns,
+                },
+            ))
+        };
+        let tenant = if self.gate.open(call) {
+            None
+        } else {
+            Tenant::current()
+        };
+        let Some(tenant) = tenant else {
+            let (end, f) = charge(call)?;
+            self.gate.booked(end);
+            return Ok(f);
+        };
+        let (cost, rate) = self.fair_cost(amount);
+        let (_, f) = self
+            .gate
+            .enter(&tenant, cost, rate, &|| self.now(), charge)?;
+        Ok(f)
     }
 
     /// Throttle as `tenant` (see [`Tenant::enter`]): the wait is taken in the
@@ -584,19 +625,30 @@ impl Throttle for Throttler {
         source: Source,
     ) -> Result<Reservation, ThrottleError> {
         let mut wait_ns = 0;
+        let mut delay_ns = after_ns;
         if source == Source::PageCache && self.block_device {
             self.live
                 .page_cache_amount
                 .fetch_add(amount, Ordering::Relaxed);
+        } else if Tenant::has_current() && self.limited() {
+            // A tenant's booking is made in the fair order (the caller's
+            // turn may take a wait, lease parked); the delay runs from now.
+            let f = self.charge_fair(amount, max_block, after_ns)?;
+            if f.wait_ns > 0 {
+                self.live.record_wait(f.wait_ns);
+            }
+            wait_ns = f.wait_ns;
+            delay_ns = f.delay_ns;
         } else {
             let now = self.now().saturating_add(after_ns);
             wait_ns = self.charge_level(amount, max_block, now)?.wait_ns;
             if wait_ns > 0 {
                 self.live.record_wait(wait_ns);
             }
+            delay_ns = after_ns.saturating_add(wait_ns);
         }
         let here = Reservation {
-            delay_ns: after_ns.saturating_add(wait_ns),
+            delay_ns,
             blocked: wait_ns > 0,
         };
         match &self.parent {

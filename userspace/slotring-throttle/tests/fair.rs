@@ -595,3 +595,59 @@ fn bookings_run_ahead_of_the_fair_order_by_at_most_tau() {
     assert_eq!(t.count(), 7);
     assert_eq!(clock.now_ns() - T0, 7 * SEC / 1000, "exactly the rate");
 }
+
+#[test]
+fn reservations_are_booked_in_the_fair_order() {
+    // The io_uring engine books with `reserve` and waits in a timeout SQE:
+    // a tenant's reservation waits (lease parked) only for its turn.
+    let clock = Arc::new(ManualClock::new(T0));
+    let t = Arc::new(
+        Throttler::builder(1000)
+            .clock(clock.clone())
+            .burst(Duration::ZERO)
+            .build()
+            .unwrap(),
+    );
+    let a = Tenant::new("a", 1).unwrap();
+    let b = Tenant::new("b", 1).unwrap();
+    let done = Arc::new(Mutex::new(Vec::<(String, u64)>::new()));
+    let spawn = |tenant: &Tenant| {
+        let (t, tenant, done) = (t.clone(), tenant.clone(), done.clone());
+        std::thread::spawn(move || {
+            let _s = tenant.enter();
+            let r = t.reserve(10, UNLIMITED_BLOCK, 0, Source::Device).unwrap();
+            done.lock()
+                .unwrap()
+                .push((tenant.name().to_owned(), r.delay_ns));
+        })
+    };
+    let n_done = || done.lock().unwrap().len();
+    // a's first booking goes at once: 10 ms.
+    let mut threads = vec![spawn(&a)];
+    spin_until("a1 books", || n_done() == 1);
+    // a's next four queue (the bookings run 10 ms ahead, more than τ = 5 ms).
+    for n in 1..=4 {
+        threads.push(spawn(&a));
+        spin_until("a queues", || t.fair_queued() == n);
+    }
+    clock.advance(10 * SEC / 1000);
+    spin_until("a2 books", || n_done() == 2);
+    // b arrives behind a's three queued requests.
+    threads.push(spawn(&b));
+    spin_until("b queues", || t.fair_queued() == 4);
+    for n in 3..=6 {
+        clock.advance(10 * SEC / 1000);
+        spin_until("the next books", || n_done() == n);
+    }
+    for th in threads {
+        th.join().unwrap();
+    }
+    let done = done.lock().unwrap().clone();
+    let order: Vec<&str> = done.iter().map(|d| d.0.as_str()).collect();
+    assert_eq!(order, ["a", "a", "b", "a", "a", "a"]);
+    assert!(
+        done.iter().all(|d| d.1 == 10 * SEC / 1000),
+        "each booked at its turn, 10 ms of the rate: {done:?}"
+    );
+    assert_eq!(t.count(), 60);
+}
