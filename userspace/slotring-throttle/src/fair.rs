@@ -86,6 +86,10 @@ struct TenantInner {
     id: u64,
     weight: u32,
     name: String,
+    /// Tokens charged as this tenant, summed over throttler levels.
+    charged: StdAtomicU64,
+    /// Waits booked for it, ns, summed over throttler levels.
+    wait_ns: StdAtomicU64,
 }
 
 /// A party sharing throttlers by weight (a query, a user, a workload).
@@ -108,7 +112,35 @@ impl Tenant {
             id: NEXT_ID.fetch_add(1, StdOrdering::Relaxed),
             weight,
             name,
+            charged: StdAtomicU64::new(0),
+            wait_ns: StdAtomicU64::new(0),
         })))
+    }
+
+    /// Tokens charged as this tenant, summed over every throttler level that
+    /// charged it (for a single-level disk throttler: its disk bytes).
+    /// Saturates at `u64::MAX`.
+    pub fn charged(&self) -> u64 {
+        self.0.charged.load(StdOrdering::Relaxed)
+    }
+
+    /// Time its requests waited (booked), ns, summed like
+    /// [`Tenant::charged`].
+    pub fn wait_ns(&self) -> u64 {
+        self.0.wait_ns.load(StdOrdering::Relaxed)
+    }
+
+    /// Count one charge (statistics: relaxed, saturating, never fails).
+    pub(crate) fn record(&self, amount: u64, wait_ns: u64) {
+        let add = |a: &StdAtomicU64, v: u64| {
+            if v > 0 {
+                let _ = a.fetch_update(StdOrdering::Relaxed, StdOrdering::Relaxed, |x| {
+                    Some(x.saturating_add(v))
+                });
+            }
+        };
+        add(&self.0.charged, amount);
+        add(&self.0.wait_ns, wait_ns);
     }
 
     /// The process-unique id of this tenant.

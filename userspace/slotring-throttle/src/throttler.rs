@@ -544,12 +544,16 @@ impl Throttler {
         let Some(tenant) = tenant else {
             let (end, f) = charge(call)?;
             self.gate.booked(end);
+            if let Some(t) = Tenant::current() {
+                t.record(amount, f.wait_ns);
+            }
             return Ok(f);
         };
         let (cost, rate) = self.fair_cost(amount);
         let (_, f) = self
             .gate
             .enter(&tenant, cost, rate, &|| self.now(), charge)?;
+        tenant.record(amount, f.wait_ns.saturating_add(f.turn_ns - call));
         Ok(f)
     }
 

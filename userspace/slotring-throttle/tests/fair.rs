@@ -440,6 +440,8 @@ fn parents_are_charged_as_the_same_tenant() {
     let mut counts = Vec::new();
     child.visit(&mut |t| counts.push(t.count()));
     assert_eq!(counts, [150, 150]);
+    assert_eq!(a.charged(), 300, "charged at both levels");
+    assert_eq!(a.wait_ns(), SEC / 2, "the parent's wait");
     assert!(Tenant::current().is_none(), "the scope ended");
 }
 
