@@ -135,7 +135,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("keep", "false", "keep the data file afterwards"),
     ("engine", "io_uring", "io_uring | fallback"),
     ("scans", "3", "concurrent scan queries"),
-    ("scan_threads", "4", "threads (max slots) per scan query"),
+    (
+        "scan_threads",
+        "4",
+        "threads (max slots) per scan query: one value for every scan, or one per scan (8,2,1 = three scans of unequal width; overrides scans)",
+    ),
     (
         "short_query_interval",
         "100ms",
@@ -323,9 +327,11 @@ impl Layers {
             scans: self.parse("scans", "an integer between 1 and 64", |s| {
                 s.parse().ok().filter(|n| (1..=64).contains(n))
             })?,
-            scan_threads: self.parse("scan_threads", "an integer between 1 and 64", |s| {
-                s.parse().ok().filter(|n| (1..=64).contains(n))
-            })?,
+            scan_threads: self.parse(
+                "scan_threads",
+                "integers between 1 and 64, one or one per scan (e.g. 4 or 8,2,1)",
+                parse_widths,
+            )?,
             short_query_interval: self.parse("short_query_interval", DUR, parse_duration)?,
             read_size: self.parse("read_size", "a size between 4KiB and 16MiB", |s| {
                 parse_bytes(s).filter(|b| (4096..=16 << 20).contains(b))
@@ -347,8 +353,23 @@ impl Layers {
             })?,
             probes: self.parse("probes", "true or false", parse_bool)?,
         };
-        Ok(cfg)
+        // Several widths name the scans: one scan per width.
+        let scans = if cfg.scan_threads.len() > 1 {
+            cfg.scan_threads.len() as u32
+        } else {
+            cfg.scans
+        };
+        Ok(RunConfig { scans, ..cfg })
     }
+}
+
+/// `4` or `8,2,1`: 1 to 64 widths, each between 1 and 64.
+fn parse_widths(s: &str) -> Option<Vec<u32>> {
+    let v: Vec<u32> = s
+        .split(',')
+        .map(|w| w.trim().parse().ok().filter(|n| (1..=64).contains(n)))
+        .collect::<Option<_>>()?;
+    (1..=64).contains(&v.len()).then_some(v)
 }
 
 /// The resolved settings of `slotring run`.
@@ -378,8 +399,9 @@ pub struct RunConfig {
     pub engine: EngineKind,
     /// Concurrent scan queries.
     pub scans: u32,
-    /// Threads per scan query.
-    pub scan_threads: u32,
+    /// Threads per scan query: one for every scan, or one per scan.
+    #[serde(serialize_with = "ser_widths")]
+    pub scan_threads: Vec<u32>,
     /// Interval between short queries (zero = none).
     #[serde(serialize_with = "ser_secs")]
     pub short_query_interval: Duration,
@@ -411,6 +433,31 @@ impl Default for RunConfig {
 
 fn ser_display<S: serde::Serializer, T: fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(v)
+}
+
+impl RunConfig {
+    /// The threads (max slots) of scan `i` (0-based).
+    pub fn scan_width(&self, i: u32) -> u32 {
+        match self.scan_threads.as_slice() {
+            [one] => *one,
+            many => many.get(i as usize).copied().unwrap_or(1),
+        }
+    }
+
+    /// The widths as the report prints them: `4` or `8,2,1`.
+    pub fn scan_widths(&self) -> String {
+        let w: Vec<String> = self.scan_threads.iter().map(u32::to_string).collect();
+        w.join(",")
+    }
+}
+
+/// One width as a number (as before lists existed), several as a list.
+fn ser_widths<S: serde::Serializer>(v: &[u32], s: S) -> Result<S::Ok, S::Error> {
+    use serde::Serialize;
+    match v {
+        [one] => s.serialize_u32(*one),
+        many => many.serialize(s),
+    }
 }
 
 fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -511,8 +558,27 @@ mod tests {
         let c = l.resolve().unwrap();
         assert_eq!(c.max_local_read_bandwidth, 10 << 20);
         assert_eq!(c.scans, 5);
+        assert_eq!(c.scan_width(4), 4, "one width for every scan");
         assert_eq!(c.duration, Duration::from_secs(4));
         assert_eq!(c.concurrent_threads_scheduler, Scheduler::MaxMinFair);
+    }
+
+    #[test]
+    fn unequal_scan_widths_name_the_scans() {
+        let mut l = Layers::defaults();
+        l.set("scans", "5", Origin::CommandLine);
+        l.set("scan_threads", "8, 2,1", Origin::CommandLine);
+        let c = l.resolve().unwrap();
+        assert_eq!(c.scans, 3);
+        assert_eq!(
+            (c.scan_width(0), c.scan_width(1), c.scan_width(2)),
+            (8, 2, 1)
+        );
+        for bad in ["0", "8,,1", "65", "a"] {
+            let mut l = Layers::defaults();
+            l.set("scan_threads", bad, Origin::CommandLine);
+            assert!(l.resolve().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -33,7 +33,7 @@ use slotring::bpf::{
     AttachMode, BpfConfig, ProbeStatus, SlotringBpf, ThrottleStats, Verdict, VerifyConfig,
 };
 use slotring::slots::{Allocation, ConcurrencyControl, SlotsError};
-use slotring::throttle::{ThrottlePtr, Throttler};
+use slotring::throttle::{Tenant, ThrottlePtr, Throttler};
 use slotring::uring::{IoEngine, PreadEngine, RingConfig, UringCounters, UringEngine, UringFile};
 
 use crate::config::{EngineKind, RunConfig};
@@ -44,7 +44,7 @@ use crate::report::{
 };
 use slotring::metrics::SlotringCollector;
 use slotring::pinned::{self, ThreadState};
-use slotring::snapshot::{NamedThrottler, Snapshot};
+use slotring::snapshot::{NamedThrottler, Snapshot, TenantStat};
 
 /// What can stop `slotring run`.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +96,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct QueryState {
     id: u32,
     scan: bool,
+    /// The scan's tenant on the throttlers (weight 1): its slots carry it.
+    tenant: Option<Tenant>,
     start: Instant,
     end: Mutex<Option<Instant>>,
     held: AtomicU64,
@@ -109,10 +111,11 @@ struct QueryState {
 }
 
 impl QueryState {
-    fn new(id: u32, scan: bool) -> Arc<Self> {
+    fn new(id: u32, scan: bool, tenant: Option<Tenant>) -> Arc<Self> {
         Arc::new(Self {
             id,
             scan,
+            tenant,
             start: Instant::now(),
             end: Mutex::new(None),
             held: AtomicU64::new(0),
@@ -347,6 +350,11 @@ fn scan_worker(
         q.held.fetch_add(1, Ordering::Relaxed);
         {
             let _current = live.cfg.lease_parking.then(|| slot.make_current());
+            // The current slot carries the scan's tenant; without lease
+            // parking the thread names it itself.
+            let _tenant = (!live.cfg.lease_parking)
+                .then(|| q.tenant.as_ref().map(Tenant::enter))
+                .flatten();
             let started = Instant::now();
             while started.elapsed() < live.cfg.slot_quantum {
                 if live.stopping() {
@@ -749,15 +757,19 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let mut next_id = 1u32;
     let mut scan_states = Vec::new();
     for i in 0..cfg.scans {
-        let q = QueryState::new(next_id, true);
+        let width = cfg.scan_width(i);
+        let tenant =
+            Tenant::new(format!("scan{}", i + 1), 1).map_err(|e| RunError::Setup(e.to_string()))?;
+        let q = QueryState::new(next_id, true, Some(tenant.clone()));
         next_id += 1;
         lock(&live.queries).push(q.clone());
         scan_states.push(q.clone());
         let alloc = Arc::new(
-            cc.allocate(1, u64::from(cfg.scan_threads))
-                .map_err(|e| RunError::Setup(e.to_string()))?,
+            cc.allocate(1, u64::from(width))
+                .map_err(|e| RunError::Setup(e.to_string()))?
+                .with_tenant(tenant),
         );
-        let max = Arc::new(AtomicU64::new(u64::from(cfg.scan_threads)));
+        let max = Arc::new(AtomicU64::new(u64::from(width)));
         let cursor = Arc::new(AtomicU64::new(
             (cfg.file_size / u64::from(cfg.scans)) * u64::from(i) / cfg.read_size * cfg.read_size,
         ));
@@ -768,7 +780,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         );
         bar.set_prefix(format!("scan {}", i + 1));
         scan_bars.push(bar);
-        for t in 0..cfg.scan_threads {
+        for t in 0..width {
             let (live, q, alloc, cursor, max) = (
                 live.clone(),
                 q.clone(),
@@ -803,7 +815,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
                 while !live.stopping() {
                     next += every;
                     if live.live_short.load(Ordering::Relaxed) < MAX_LIVE_SHORT {
-                        let q = QueryState::new(id, false);
+                        let q = QueryState::new(id, false, None);
                         id += 1;
                         lock(&live.queries).push(q.clone());
                         live.live_short.fetch_add(1, Ordering::Relaxed);
@@ -832,8 +844,10 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     // 3. The sampler runs on this thread until every query thread is done.
     let mut timeline = Timeline {
         scan_slots: vec![Vec::new(); cfg.scans as usize],
+        scan_disk_bytes_per_s: vec![Vec::new(); cfg.scans as usize],
         ..Timeline::default()
     };
+    let mut last_scan_disk = vec![0u64; cfg.scans as usize];
     let mut jain_sum = 0.0;
     let mut jain_n = 0u64;
     let mut peak_threads = 0u64;
@@ -869,6 +883,10 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
             }
             if q.scan {
                 timeline.scan_slots[si].push(held);
+                let disk = q.tenant.as_ref().map_or(0, Tenant::charged);
+                timeline.scan_disk_bytes_per_s[si]
+                    .push(disk.saturating_sub(last_scan_disk[si]) as f64 / dt);
+                last_scan_disk[si] = disk;
                 si += 1;
                 if q.live() {
                     scan_live.push(held as f64);
@@ -908,6 +926,10 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
             slots,
             uring,
             kernel: bpf.as_ref().and_then(kernel_snapshot),
+            tenants: queries
+                .iter()
+                .filter_map(|q| q.tenant.as_ref().map(TenantStat::of))
+                .collect(),
         };
         time_bar.set_position((t * 1e3) as u64);
         time_bar.set_message(format!(
@@ -959,6 +981,15 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     drop(bpf); // detaches the probes and removes the pins
     let slots = cc.counters();
     let uring = live.uring_total();
+    // The scans' shares of the disk throttler, beside their weights' shares.
+    let (scan_disk_total, scan_weights) = scan_states
+        .iter()
+        .filter_map(|q| q.tenant.as_ref())
+        .fold((0u64, 0u32), |(b, w), t| {
+            (b.saturating_add(t.charged()), w + t.weight())
+        });
+    let first_scan = scan_states.first().map_or(0, |q| q.id);
+    let si_of = |id: u32| id - first_scan;
     let queries: Vec<QueryReport> = lock(&live.queries)
         .iter()
         .map(|q| {
@@ -974,6 +1005,16 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
                 mean_slots: q.held_sum.load(Ordering::Relaxed) as f64 / samples.max(1) as f64,
                 max_slots: q.max_held.load(Ordering::Relaxed),
                 slot_wait_s: q.slot_wait_ns.load(Ordering::Relaxed) as f64 / 1e9,
+                threads: q.scan.then(|| cfg.scan_width(si_of(q.id))),
+                disk_bytes: q.tenant.as_ref().map(Tenant::charged),
+                disk_share_pct: q
+                    .tenant
+                    .as_ref()
+                    .map(|t| 100.0 * t.charged() as f64 / scan_disk_total.max(1) as f64),
+                fair_share_pct: q
+                    .tenant
+                    .as_ref()
+                    .map(|t| 100.0 * f64::from(t.weight()) / f64::from(scan_weights.max(1))),
             }
         })
         .collect();

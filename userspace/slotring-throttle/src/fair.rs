@@ -484,14 +484,15 @@ impl FairGate {
                 return charged.map(|(_, v)| (t, v));
             }
             st.parked.insert(ticket, std::thread::current());
-            // The head wakes when the bookings come within the horizon (a
-            // clock it cannot be told about, so it polls at most every
-            // millisecond); the others when they become the head.
+            // The head sleeps until the bookings come within the horizon (a
+            // time on the throttler's clock, which cannot wake it: a clock
+            // that jumps, like a test's manual one, is noticed at the next
+            // timeout or wake-up); the others until they become the head.
             let timeout = head.then(|| {
                 until
                     .saturating_sub(self.horizon_ns)
                     .saturating_sub(t)
-                    .clamp(1_000, 1_000_000)
+                    .clamp(10_000, 1_000_000_000)
             });
             drop(st);
             match timeout {
