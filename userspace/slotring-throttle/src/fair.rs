@@ -181,6 +181,24 @@ impl Tenant {
             .or_else(crate::park::lease_tenant)
     }
 
+    /// Call `f` with the calling thread's current tenant, if any, without
+    /// cloning the handle when it was entered on this thread.
+    pub(crate) fn with_current(f: impl FnOnce(&Tenant)) {
+        let mut f = Some(f);
+        let _ = CURRENT.try_with(|c| {
+            if let Some(t) = c.borrow().as_ref()
+                && let Some(f) = f.take()
+            {
+                f(t);
+            }
+        });
+        if let Some(f) = f
+            && let Some(t) = crate::park::lease_tenant()
+        {
+            f(&t);
+        }
+    }
+
     /// Whether the calling thread has a current tenant (no clone).
     pub(crate) fn has_current() -> bool {
         CURRENT.try_with(|c| c.borrow().is_some()).unwrap_or(false)

@@ -543,10 +543,10 @@ impl Throttler {
         };
         let Some(tenant) = tenant else {
             let (end, f) = charge(call)?;
-            self.gate.booked(end);
-            if let Some(t) = Tenant::current() {
-                t.record(amount, f.wait_ns);
+            if end > call {
+                self.gate.booked(end);
             }
+            Tenant::with_current(|t| t.record(amount, f.wait_ns));
             return Ok(f);
         };
         let (cost, rate) = self.fair_cost(amount);
