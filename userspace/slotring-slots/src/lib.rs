@@ -45,6 +45,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod adaptive;
 mod control;
 mod core;
 mod counters;
@@ -53,6 +54,7 @@ mod lease;
 mod scheduler;
 mod sync;
 
+pub use adaptive::{AdaptiveConfig, BudgetController, RunqSample, Step};
 pub use control::{
     AcquiredSlot, Allocation, ConcurrencyControl, GrantedAllocation, SlotAllocation,
 };
