@@ -1,8 +1,9 @@
 //! # slotring-slots
 //!
-//! ClickHouse's `ConcurrencyControl` (see `ARCHITECTURE.md` and the reference
-//! article), rebuilt: a global budget of CPU slots, shared by allocations
-//! (one per query) under one of three schedulers, plus parkable CPU leases.
+//! ClickHouse's `ConcurrencyControl` (`src/Common/ISlotControl.h`,
+//! `src/Common/ConcurrencyControl.{h,cpp}`; see `ARCHITECTURE.md`), rebuilt:
+//! a global budget of CPU slots, shared by allocations (one per query) under
+//! one of three schedulers, plus parkable CPU leases.
 //!
 //! * [`ConcurrencyControl`]: the budget (`set_max_concurrency`, 0 → 1,
 //!   [`UNLIMITED`] by default), [`ConcurrencyControl::max_concurrency_from_settings`],
@@ -45,6 +46,10 @@
 //! ```
 #![forbid(unsafe_code)]
 
+// Module dependencies run one way: `control` -> `slot` -> `lease` ->
+// `shared` -> `core`, each also using any module further along that chain
+// and the leaves `error`, `counters`, `scheduler` and `sync`; `adaptive`
+// (the budget's control law) is a leaf too: pure arithmetic on numbers.
 mod adaptive;
 mod control;
 mod core;
@@ -52,16 +57,15 @@ mod counters;
 mod error;
 mod lease;
 mod scheduler;
+mod shared;
+mod slot;
 mod sync;
 
 pub use adaptive::{AdaptiveConfig, BudgetController, RunqSample, Step};
-pub use control::{
-    AcquiredSlot, Allocation, ConcurrencyControl, GrantedAllocation, SlotAllocation,
-};
+pub use control::{Allocation, ConcurrencyControl, GrantedAllocation, SlotAllocation};
 pub use counters::{SlotsCounters, UNLIMITED};
 pub use error::SlotsError;
-pub use lease::{
-    CpuLeaseParkGuard, CurrentLease, SlotLease, current_lease_state, install_throttle_lease_hook,
-};
+pub use lease::{CpuLeaseParkGuard, SlotLease, current_lease_state, install_throttle_lease_hook};
 pub use scheduler::Scheduler;
+pub use slot::{AcquiredSlot, CurrentLease};
 pub use slotring_throttle::LeaseState;

@@ -58,11 +58,64 @@ pub enum ThrottleError {
         rate: u64,
     },
     /// The clock failed while waiting (`clock_nanosleep`/`clock_gettime`).
-    #[error("throttler `{name}`: waiting failed: {errno}")]
+    #[error("throttler `{name}`: waiting failed")]
     Wait {
         /// Throttler name.
         name: String,
         /// The error the OS returned.
+        #[source]
         errno: Errno,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use nix::errno::Errno;
+
+    use crate::{Clock, Throttle, Throttler, WaitStrategy};
+
+    /// A wait strategy whose clock always fails.
+    #[derive(Debug)]
+    struct FailingWait;
+
+    impl WaitStrategy for FailingWait {
+        fn wait_until(&self, _: &dyn Clock, _: u64) -> Result<(), Errno> {
+            Err(Errno::EIO)
+        }
+    }
+
+    /// The error and its causes, as `{:#}` of an `anyhow` chain prints them.
+    fn chain(e: &dyn Error) -> String {
+        let mut text = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            text.push_str(": ");
+            text.push_str(&c.to_string());
+            cause = c.source();
+        }
+        text
+    }
+
+    #[test]
+    fn a_failed_wait_names_the_throttler_and_keeps_the_os_error_once() {
+        let t = Throttler::builder(1)
+            .name("disk")
+            .wait_strategy(Arc::new(FailingWait))
+            .build()
+            .unwrap();
+        let err = t.throttle(10, Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(err, crate::ThrottleError::Wait { .. }), "{err:?}");
+        let source = err.source().expect("the OS error is the source");
+        assert_eq!(source.to_string(), Errno::EIO.to_string());
+        let text = chain(&err);
+        assert!(
+            text.starts_with("throttler `disk`: waiting failed"),
+            "{text}"
+        );
+        assert_eq!(text.matches(&Errno::EIO.to_string()).count(), 1, "{text}");
+    }
 }

@@ -101,7 +101,8 @@ fn refill_is_capped_at_the_burst_after_a_long_idle() {
 /// first, so the same request waits 29 s (previous test).
 #[test]
 fn clickhouse_min_after_subtract_is_an_unbounded_burst() {
-    // The article's formula, in exact integers (nano-tokens), for comparison.
+    // ClickHouse's formula (`src/Common/Throttler.cpp`), in exact integers
+    // (nano-tokens), for comparison.
     let (rate, burst) = (100i128, tok(100));
     let mut ch_tokens = burst - tok(100); // drained, as above
     ch_tokens = (ch_tokens + rate * (60 * SEC) as i128 - tok(3_000)).min(burst);
