@@ -40,5 +40,10 @@ slotring_counters::counter_set! {
         gauge parked => "leases_parked": "Acquired slots whose CPU lease is parked now.",
         /// The part of `cur_concurrency` above `max_concurrency` that unparks caused.
         gauge borrowed: "Slots borrowed by unparks and not yet repaid.",
+        /// `min(max_concurrency, adaptive budget)`: what scheduling obeys now
+        /// ([`UNLIMITED`] when both are unlimited).
+        gauge(unlimited) budget_effective: "The effective CPU slot budget: max_concurrency or the adaptive budget below it (0 = unlimited).",
+        /// Made by releases after `AcquiredSlot::should_yield` said yes.
+        counter yields: "Slots released because should_yield asked their holder to (the budget shrank).",
     }
 }
