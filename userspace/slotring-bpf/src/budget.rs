@@ -323,3 +323,52 @@ impl Drop for AdaptiveBudget {
         self.stop();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_probes_the_budget_stays_static() {
+        let bpf = SlotringBpf::degraded(crate::error::tests::no_btf("unit test"));
+        let probe = bpf.runq_probe();
+        assert!(!probe.attached());
+        let cc = ConcurrencyControl::new();
+        cc.set_max_concurrency(4);
+        let mut ab = AdaptiveBudget::start(
+            cc.clone(),
+            probe,
+            AdaptiveConfig::with_ceiling(4),
+            Duration::from_millis(1),
+        )
+        .unwrap();
+        assert!(ab.thread.is_none(), "no loop without probes");
+        let s = ab.status();
+        assert!(!s.adaptive);
+        assert_eq!((s.budget, s.windows), (4, 0));
+        assert_eq!(cc.effective_budget(), 4);
+        ab.stop();
+        let mut p = bpf.runq_probe();
+        assert_eq!(p.sample(), None);
+    }
+
+    #[test]
+    fn a_bad_config_is_a_typed_error() {
+        let bpf = SlotringBpf::degraded(crate::error::tests::no_btf("unit test"));
+        let cc = ConcurrencyControl::new();
+        cc.set_max_concurrency(2);
+        let cfg = AdaptiveConfig {
+            floor: 3,
+            ..AdaptiveConfig::with_ceiling(UNLIMITED)
+        };
+        let e =
+            AdaptiveBudget::start(cc, bpf.runq_probe(), cfg, Duration::from_millis(1)).unwrap_err();
+        assert_eq!(
+            e,
+            SlotsError::AdaptiveFloorAboveCeiling {
+                floor: 3,
+                ceiling: 2
+            }
+        );
+    }
+}

@@ -47,6 +47,13 @@
 //! its new level after one congested window (down) or after at most
 //! `max_hold` windows per slot up (the bench measures `adapt_settle_s`).
 //!
+//! Dead time: the kernel accounts a thread's run-queue and on-CPU time at
+//! its switch-out, so the window after a step down still carries time of
+//! the leases that just yielded. The window after a `Down` is ignored
+//! (a `Hold`), as TCP reduces at most once per round trip; without it the
+//! stale congestion drove a second step down and the hold reset (seen on
+//! the kernel: 3 → 2 → 1 → 2 → 3 every half second).
+//!
 //! Without waiting allocations the budget does not grow (no demand, no
 //! evidence); it may still shrink.
 
@@ -156,6 +163,9 @@ pub struct BudgetController {
     calm: u32,
     /// The last step up reached a level at or above `congested_at`.
     probing: bool,
+    /// The previous window stepped down: this one still carries the
+    /// accounting of the slots that just left (see "Dead time").
+    after_down: bool,
 }
 
 impl BudgetController {
@@ -170,6 +180,7 @@ impl BudgetController {
             hold: cfg.hold_windows,
             calm: 0,
             probing: false,
+            after_down: false,
         })
     }
 
@@ -204,6 +215,10 @@ impl BudgetController {
         let share = s.share();
         let t = f64::from(self.cfg.target_pct) / 100.0;
         let b = self.budget;
+        if std::mem::take(&mut self.after_down) {
+            self.calm = 0;
+            return Step::Hold;
+        }
         if share > t {
             self.calm = 0;
             match self.congested_at {
@@ -225,6 +240,7 @@ impl BudgetController {
             // The level just left (or the floor, if it cannot go lower) is
             // where congestion was last seen.
             self.congested_at = Some(b);
+            self.after_down = true;
             return Step::Down;
         }
         if share * 2.0 >= t {
@@ -455,5 +471,64 @@ mod tests {
         let trace = run(&mut c, 400, |b| plant(2.0, b, 0, noise()));
         let tail = &trace[10..];
         assert!(tail.iter().all(|&b| (2..=3).contains(&b)), "{tail:?}");
+    }
+
+    #[test]
+    fn one_window_of_accounting_lag_does_not_overshoot() {
+        // What the probes report lags: each window mixes the previous
+        // budget's share with the current one's (switch-out accounting).
+        let mut c = ctl(4);
+        let mut prev = 4;
+        let trace = run(&mut c, 300, |b| {
+            let (now, before) = (plant(2.0, b, 0, 0.0), plant(2.0, prev, 0, 0.0));
+            prev = b;
+            RunqSample {
+                runq_ns: (now.runq_ns + before.runq_ns) / 2,
+                on_cpu_ns: (now.on_cpu_ns + before.on_cpu_ns) / 2,
+                ..now
+            }
+        });
+        let tail = &trace[30..];
+        assert!(tail.iter().all(|&b| (2..=3).contains(&b)), "{trace:?}");
+        let above = tail.iter().filter(|&&b| b == 3).count();
+        assert!(
+            above * 8 <= tail.len(),
+            "{above} of {}: {trace:?}",
+            tail.len()
+        );
+    }
+
+    /// Run-queue shares (%) of running leases, one per 100 ms window,
+    /// recorded on the kernel by `slotring-bpf`'s `tests/adaptive.rs` (2
+    /// cores, ceiling 4, 4 CPU-bound workers; `stress-ng --cpu 4` from
+    /// window 15 to 34; load average 7.5 from other work on the machine).
+    const RECORDED: [u8; 59] = [
+        52, 52, 50, 10, 1, 9, 4, 3, 3, 1, 32, 50, 27, 1, 1, 68, 64, 67, 67, 68, 65, 68, 66, 60, 66,
+        69, 67, 67, 57, 59, 60, 67, 57, 68, 50, 0, 0, 2, 32, 2, 1, 2, 34, 3, 0, 1, 3, 3, 34, 4, 4,
+        2, 5, 2, 3, 2, 3, 3, 3,
+    ];
+
+    #[test]
+    fn recorded_kernel_signal_floor_under_the_hog_and_back_after() {
+        let mut c = ctl(4);
+        let trace: Vec<u64> = RECORDED
+            .iter()
+            .map(|&pct| {
+                let b = c.budget();
+                let total = 100_000_000 * b;
+                c.update(RunqSample {
+                    runq_ns: total * u64::from(pct) / 100,
+                    on_cpu_ns: total * u64::from(100 - pct) / 100,
+                    running: b,
+                    waiting: true,
+                });
+                c.budget()
+            })
+            .collect();
+        assert!(trace.iter().all(|&b| (1..=4).contains(&b)), "{trace:?}");
+        // The hog (windows 15..=34): at the floor within two windows.
+        assert!(trace[16..=34].iter().all(|&b| b == 1), "{trace:?}");
+        // After it (window 35 on): above the floor within three windows.
+        assert!(trace[35..=38].iter().any(|&b| b >= 2), "{trace:?}");
     }
 }
