@@ -25,8 +25,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use slotring_slots::{
-    AdaptiveConfig, BudgetController, ConcurrencyControl, LeaseState, RunqSample, SlotsError, Step,
-    UNLIMITED,
+    AdaptiveConfig, AdaptiveCounters, BudgetController, ConcurrencyControl, LeaseState, RunqSample,
+    SlotsError, Step, UNLIMITED,
 };
 
 use crate::abi::{AbiStruct, ThreadAcct};
@@ -121,31 +121,6 @@ pub struct BudgetPoint {
     pub runq_share_pct: f64,
     /// Slots in use at the end of the window.
     pub running: u64,
-}
-
-/// The loop's live state, readable at any time (`Relaxed` loads of
-/// independent gauges and counters: each value is exact, a set of them is
-/// not one cut).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AdaptiveStatus {
-    /// Whether the budget is adaptive now (probes live).
-    pub adaptive: bool,
-    /// The effective budget ([`UNLIMITED`] when static and unlimited).
-    pub budget: u64,
-    /// The last window's run-queue share, in basis points (1/100 %).
-    pub runq_share_bp: u64,
-    /// Run-queue ns of running leases over the loop's life.
-    pub runq_ns: u64,
-    /// On-CPU ns of running leases over the loop's life.
-    pub on_cpu_ns: u64,
-    /// Windows evaluated.
-    pub windows: u64,
-    /// Windows that lowered (or held at the floor) the budget.
-    pub downs: u64,
-    /// Windows that raised it.
-    pub ups: u64,
-    /// Times the probes went away mid-run (the budget went static).
-    pub probe_losses: u64,
 }
 
 #[derive(Debug, Default)]
@@ -283,15 +258,15 @@ impl AdaptiveBudget {
     }
 
     /// The loop's live state.
-    pub fn status(&self) -> AdaptiveStatus {
+    pub fn status(&self) -> AdaptiveCounters {
         let s = &self.inner.status;
         let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        AdaptiveStatus {
-            adaptive: l(&s.adaptive) != 0,
+        AdaptiveCounters {
+            adaptive: l(&s.adaptive),
             budget: l(&s.budget),
             runq_share_bp: l(&s.share_bp),
-            runq_ns: l(&s.runq_ns),
-            on_cpu_ns: l(&s.on_cpu_ns),
+            runq_us: l(&s.runq_ns) / 1000,
+            on_cpu_us: l(&s.on_cpu_ns) / 1000,
             windows: l(&s.windows),
             downs: l(&s.downs),
             ups: l(&s.ups),
@@ -344,7 +319,7 @@ mod tests {
         .unwrap();
         assert!(ab.thread.is_none(), "no loop without probes");
         let s = ab.status();
-        assert!(!s.adaptive);
+        assert_eq!(s.adaptive, 0);
         assert_eq!((s.budget, s.windows), (4, 0));
         assert_eq!(cc.effective_budget(), 4);
         ab.stop();

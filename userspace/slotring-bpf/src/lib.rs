@@ -39,7 +39,7 @@ mod region;
 mod verify;
 
 pub use abi::{AbiStruct, FieldLayout, Hist, LeaseClock, LeaseSlot, ThreadAcct, ThrottleStats};
-pub use budget::{AdaptiveBudget, AdaptiveStatus, BudgetPoint, RunqProbe};
+pub use budget::{AdaptiveBudget, BudgetPoint, RunqProbe};
 pub use error::BpfError;
 pub use lease::{LEASE_MIRROR, LeaseMirror, install_observer, monotonic_ns};
 pub use loader::{AttachMode, BpfConfig, NamedId, OBJECT, ProbeStatus, ProgStats, SlotringBpf};

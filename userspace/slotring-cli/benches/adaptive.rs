@@ -115,7 +115,12 @@ fn cgroups() -> Result<Cgroups, String> {
             "/sys/fs/cgroup is cgroup2 without the cpu controller".to_string()
         } else {
             let unified = std::fs::read_to_string("/sys/fs/cgroup/unified/cgroup.controllers")
-                .map(|c| format!("cgroup2 at /sys/fs/cgroup/unified has controllers [{}]", c.trim()))
+                .map(|c| {
+                    format!(
+                        "cgroup2 at /sys/fs/cgroup/unified has controllers [{}]",
+                        c.trim()
+                    )
+                })
                 .unwrap_or_else(|_| "no cgroup2 mount".into());
             format!("/sys/fs/cgroup is not cgroup2 (v1 hierarchies; {unified})")
         };
@@ -128,7 +133,9 @@ fn cgroups() -> Result<Cgroups, String> {
             "cpu.shares",
             "262144",
             "1024",
-            format!("{why}: used the v1 cpu controller (cpu.shares), the same CFS group scheduling"),
+            format!(
+                "{why}: used the v1 cpu controller (cpu.shares), the same CFS group scheduling"
+            ),
         )
     };
     let pid = std::process::id();
@@ -440,19 +447,38 @@ fn main() {
     // (a) CPU-bound scans + short queries, 8 s each.
     let mut a = [false, true].map(|adaptive| cpu_run(&bpf, adaptive, &[8.0], |_| {}));
     let [s, ad] = &mut a;
-    eprintln!("(a) adaptive, budget/run-queue % per window: {}", trace(&ad.history));
+    eprintln!(
+        "(a) adaptive, budget/run-queue % per window: {}",
+        trace(&ad.history)
+    );
     let (sp, ap) = (&mut s.phases[0], &mut ad.phases[0]);
     let note = |w: &str| format!("{w}; {} cores, ceiling {}", cores, 2 * cores);
     let p50s = format!("(a) static, 8 s; p50 {:.2} ms", sp.p50());
     let p50a = format!("(a) adaptive; p50 {:.2} ms", ap.p50());
     report.put("static_short_p99_ms_cpu", sp.p99(), &note(&p50s));
     report.put("adapt_short_p99_ms_cpu", ap.p99(), &note(&p50a));
-    report.put("static_runq_share_pct_cpu", sp.share_pct(), "(a) static: run-queue / (run-queue + on-CPU) of running leases");
+    report.put(
+        "static_runq_share_pct_cpu",
+        sp.share_pct(),
+        "(a) static: run-queue / (run-queue + on-CPU) of running leases",
+    );
     report.put("adapt_runq_share_pct_cpu", ap.share_pct(), "(a) adaptive");
-    report.put("static_work_per_s_cpu", sp.work_per_s(), &format!("(a) static: units of CPU work ({UNIT_ITERS} iterations) per s"));
+    report.put(
+        "static_work_per_s_cpu",
+        sp.work_per_s(),
+        &format!("(a) static: units of CPU work ({UNIT_ITERS} iterations) per s"),
+    );
     report.put("adapt_work_per_s_cpu", ap.work_per_s(), "(a) adaptive");
-    report.put("adapt_budget_mean_cpu", budget_mean(&ad.history, 0.0, 8.0), "(a) mean effective budget");
-    report.put("adapt_yields_cpu", ad.yields as f64, "(a) slots released by should_yield");
+    report.put(
+        "adapt_budget_mean_cpu",
+        budget_mean(&ad.history, 0.0, 8.0),
+        "(a) mean effective budget",
+    );
+    report.put(
+        "adapt_yields_cpu",
+        ad.yields as f64,
+        "(a) slots released by should_yield",
+    );
 
     // (b) the hog: 3 s without, 6 s with, 3 s without.
     let events = [3.0, 9.0, 12.0];
@@ -483,17 +509,31 @@ fn main() {
     };
     let mut hs = hog_run(false, false);
     let mut ha = hog_run(true, false);
-    eprintln!("(b) adaptive, budget/run-queue % per window: {}", trace(&ha.history));
+    eprintln!(
+        "(b) adaptive, budget/run-queue % per window: {}",
+        trace(&ha.history)
+    );
     let (sp, ap) = (&mut hs.phases[1], &mut ha.phases[1]);
-    let hog_note = format!("(b) during the 6 s of stress-ng --cpu {} in the workload's cgroup", 2 * cores);
+    let hog_note = format!(
+        "(b) during the 6 s of stress-ng --cpu {} in the workload's cgroup",
+        2 * cores
+    );
     let p50a = format!("(b) adaptive, same cgroup; p50 {:.2} ms", ap.p50());
     let hog_note = format!("{hog_note}; p50 {:.2} ms", sp.p50());
     report.put("static_short_p99_ms_hog", sp.p99(), &hog_note);
     report.put("adapt_short_p99_ms_hog", ap.p99(), &p50a);
     report.put("static_runq_share_pct_hog", sp.share_pct(), "(b) static");
     report.put("adapt_runq_share_pct_hog", ap.share_pct(), "(b) adaptive");
-    report.put("static_work_per_s_hog", sp.work_per_s(), "(b) static, hog in the same cgroup");
-    report.put("adapt_work_per_s_hog", ap.work_per_s(), "(b) adaptive, hog in the same cgroup");
+    report.put(
+        "static_work_per_s_hog",
+        sp.work_per_s(),
+        "(b) static, hog in the same cgroup",
+    );
+    report.put(
+        "adapt_work_per_s_hog",
+        ap.work_per_s(),
+        "(b) adaptive, hog in the same cgroup",
+    );
     let (m0, m1, m2) = (ha.marks[0], ha.marks[1], ha.marks[2]);
     let (s_on, s_off) = (settle(&ha.history, m0, m1), settle(&ha.history, m1, m2));
     report.put(
@@ -501,37 +541,91 @@ fn main() {
         s_on.max(s_off),
         &format!("(b) after the hog starts {s_on:.1} s, after it stops {s_off:.1} s (within one slot of the phase's final median)"),
     );
-    report.put("adapt_budget_mean_hog", budget_mean(&ha.history, m0, m1), "(b) mean budget during the hog");
-    report.put("adapt_yields_hog", ha.yields as f64, "(b) over the whole 12 s");
+    report.put(
+        "adapt_budget_mean_hog",
+        budget_mean(&ha.history, m0, m1),
+        "(b) mean budget during the hog",
+    );
+    report.put(
+        "adapt_yields_hog",
+        ha.yields as f64,
+        "(b) over the whole 12 s",
+    );
     if cg.is_some() {
         let mut os = hog_run(false, true);
         let mut oa = hog_run(true, true);
         let (sp, ap) = (&mut os.phases[1], &mut oa.phases[1]);
-        report.put("static_work_per_s_hog_own_cgroup", sp.work_per_s(), "(b) static, hog in a sibling cgroup of equal weight");
-        report.put("adapt_work_per_s_hog_own_cgroup", ap.work_per_s(), "(b) adaptive, hog in a sibling cgroup");
-        report.put("static_short_p99_ms_hog_own_cgroup", sp.p99(), "(b) static, own cgroup");
-        report.put("adapt_short_p99_ms_hog_own_cgroup", ap.p99(), "(b) adaptive, own cgroup");
-        report.put("static_runq_share_pct_hog_own_cgroup", sp.share_pct(), "(b) static, own cgroup");
-        report.put("adapt_runq_share_pct_hog_own_cgroup", ap.share_pct(), "(b) adaptive, own cgroup");
+        report.put(
+            "static_work_per_s_hog_own_cgroup",
+            sp.work_per_s(),
+            "(b) static, hog in a sibling cgroup of equal weight",
+        );
+        report.put(
+            "adapt_work_per_s_hog_own_cgroup",
+            ap.work_per_s(),
+            "(b) adaptive, hog in a sibling cgroup",
+        );
+        report.put(
+            "static_short_p99_ms_hog_own_cgroup",
+            sp.p99(),
+            "(b) static, own cgroup",
+        );
+        report.put(
+            "adapt_short_p99_ms_hog_own_cgroup",
+            ap.p99(),
+            "(b) adaptive, own cgroup",
+        );
+        report.put(
+            "static_runq_share_pct_hog_own_cgroup",
+            sp.share_pct(),
+            "(b) static, own cgroup",
+        );
+        report.put(
+            "adapt_runq_share_pct_hog_own_cgroup",
+            ap.share_pct(),
+            "(b) adaptive, own cgroup",
+        );
     }
 
     // (c) `slotring run`, IO-bound.
     drop(bpf);
-    if std::env::var_os("ADAPTIVE_NO_IO").is_some() {
-        drop(cg);
-        report.finish().expect("writing target/bench/adaptive.json");
-        return;
-    }
     let st = slotring_run(false);
     let ad = slotring_run(true);
-    for (k, v, what) in [("static", &st, "--no-adaptive-budget"), ("adapt", &ad, "--adaptive-budget")] {
+    for (k, v, what) in [
+        ("static", &st, "--no-adaptive-budget"),
+        ("adapt", &ad, "--adaptive-budget"),
+    ] {
         let b = &v["adaptive"];
-        report.put(&format!("{k}_short_p99_ms_io"), f(&v["short_latency_ms"]["p99"]), &format!("(c) slotring run {what}, 15 s: short query latency p99"));
-        report.put(&format!("{k}_runq_share_pct_io"), f(&b["runq_share_pct"]), "(c) run-queue share of running leases");
-        report.put(&format!("{k}_work_per_s_io"), f(&v["throttlers"][0]["sustained_bytes_per_s"]) / 1048576.0, "(c) scan throughput, MiB/s read");
+        report.put(
+            &format!("{k}_short_p99_ms_io"),
+            f(&v["short_latency_ms"]["p99"]),
+            &format!(
+                "(c) slotring run {what}, 15 s: short query p99 (p50 {:.1} ms; mode {})",
+                f(&v["short_latency_ms"]["p50"]),
+                b["mode"]
+            ),
+        );
+        report.put(
+            &format!("{k}_runq_share_pct_io"),
+            f(&b["runq_share_pct"]),
+            "(c) run-queue share of running leases",
+        );
+        report.put(
+            &format!("{k}_work_per_s_io"),
+            f(&v["throttlers"][0]["sustained_bytes_per_s"]) / 1048576.0,
+            "(c) scan throughput, MiB/s read",
+        );
         if k == "adapt" {
-            report.put("adapt_budget_mean_io", f(&b["budget_mean"]), "(c) mean effective budget");
-            report.put("adapt_yields_io", f(&b["yields"]), "(c) slots released by should_yield");
+            report.put(
+                "adapt_budget_mean_io",
+                f(&b["budget_mean"]),
+                "(c) mean effective budget",
+            );
+            report.put(
+                "adapt_yields_io",
+                f(&b["yields"]),
+                "(c) slots released by should_yield",
+            );
         }
     }
     eprintln!("machine: load average {}; cgroups: {cg_note}", load.trim());

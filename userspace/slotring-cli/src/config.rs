@@ -154,6 +154,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "park the thread's CPU lease while it waits on a throttle",
     ),
     (
+        "adaptive_budget",
+        "false",
+        "size the CPU slot budget from the run-queue delay of running leases (needs the eBPF probes; max_concurrency stays the ceiling)",
+    ),
+    (
         "listen",
         "127.0.0.1:9464",
         "serve /metrics here (empty = off)",
@@ -335,6 +340,7 @@ impl Layers {
                 parse_duration(s).filter(|d| *d >= Duration::from_millis(1))
             })?,
             lease_parking: self.parse("lease_parking", "true or false", parse_bool)?,
+            adaptive_budget: self.parse("adaptive_budget", "true or false", parse_bool)?,
             listen: self.parse("listen", "an address like 127.0.0.1:9464, or empty", |s| {
                 if s.is_empty() || s == "off" {
                     Some(None)
@@ -393,6 +399,8 @@ pub struct RunConfig {
     pub slot_quantum: Duration,
     /// Park CPU leases during IO waits.
     pub lease_parking: bool,
+    /// Size the slot budget from the run-queue delay of running leases.
+    pub adaptive_budget: bool,
     /// `/metrics` address.
     pub listen: Option<SocketAddr>,
     /// BPF pin directory.

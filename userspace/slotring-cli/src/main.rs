@@ -43,6 +43,9 @@ const FLAG_SETTINGS: &[(&str, &str, &str)] = &[
     ("probes", "--no-probes", "false"),
 ];
 
+/// Boolean settings with both a `--<name>` and a `--no-<name>` flag.
+const TOGGLE_SETTINGS: &[&str] = &["adaptive_budget"];
+
 const AFTER_HELP: &str = "\
 Examples:
   slotring run                                   # 1 GiB file, 10 s, 64 MiB/s, 2 slots per core
@@ -95,7 +98,25 @@ fn run_command() -> Command {
                 .help("Allow --listen on a non-loopback address"),
         );
     for (key, default, help) in SETTINGS {
-        if let Some((_, flag, value)) = FLAG_SETTINGS.iter().find(|f| f.0 == *key) {
+        if TOGGLE_SETTINGS.contains(key) {
+            // `--<name>` turns it on, `--no-<name>` off; the last one wins.
+            let (on, off) = (option_name(key), format!("no-{}", option_name(key)));
+            cmd = cmd
+                .arg(
+                    Arg::new(*key)
+                        .long(on)
+                        .action(ArgAction::SetTrue)
+                        .overrides_with(format!("no_{key}"))
+                        .help(format!("{help} [setting {key}, default {default}]")),
+                )
+                .arg(
+                    Arg::new(format!("no_{key}"))
+                        .long(off)
+                        .action(ArgAction::SetTrue)
+                        .overrides_with(*key)
+                        .help(format!("Do not {help} [setting {key}]")),
+                );
+        } else if let Some((_, flag, value)) = FLAG_SETTINGS.iter().find(|f| f.0 == *key) {
             // A `--no-…` flag turns the setting off; the others turn it on.
             let verb = if *value == "false" { "Do not " } else { "" };
             cmd = cmd.arg(
@@ -261,7 +282,13 @@ fn cmd_run(m: &ArgMatches, stop: Arc<AtomicBool>) -> Result<u8> {
     }
     layers.env(|v| std::env::var(v).ok());
     for (key, _, _) in SETTINGS {
-        if let Some((_, _, value)) = FLAG_SETTINGS.iter().find(|f| f.0 == *key) {
+        if TOGGLE_SETTINGS.contains(key) {
+            if m.get_flag(key) {
+                layers.set(key, "true", Origin::CommandLine);
+            } else if m.get_flag(&format!("no_{key}")) {
+                layers.set(key, "false", Origin::CommandLine);
+            }
+        } else if let Some((_, _, value)) = FLAG_SETTINGS.iter().find(|f| f.0 == *key) {
             if m.get_flag(key) {
                 layers.set(key, *value, Origin::CommandLine);
             }

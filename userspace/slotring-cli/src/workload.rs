@@ -30,17 +30,20 @@ use std::time::{Duration, Instant};
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use slotring::bpf::{
-    AttachMode, BpfConfig, ProbeStatus, SlotringBpf, ThrottleStats, Verdict, VerifyConfig,
+    AdaptiveBudget, AttachMode, BpfConfig, ProbeStatus, RunqProbe, SlotringBpf, ThrottleStats,
+    Verdict, VerifyConfig,
 };
-use slotring::slots::{Allocation, ConcurrencyControl, SlotsError};
+use slotring::slots::{
+    AdaptiveConfig, AdaptiveCounters, Allocation, ConcurrencyControl, SlotsError,
+};
 use slotring::throttle::{ThrottlePtr, Throttler};
 use slotring::uring::{IoEngine, PreadEngine, RingConfig, UringCounters, UringEngine, UringFile};
 
 use crate::config::{EngineKind, RunConfig};
 use crate::http::{MetricsServer, render_registry};
 use crate::report::{
-    DataFile, FailingThread, FairnessReport, IoReport, KernelReport, ProcessReport, QueryReport,
-    Report, SlotsReport, ThrottlerReport, Timeline, jain,
+    BudgetReport, DataFile, FailingThread, FairnessReport, IoReport, KernelReport, LatencyReport,
+    ProcessReport, QueryReport, Report, SlotsReport, ThrottlerReport, Timeline, jain,
 };
 use slotring::metrics::SlotringCollector;
 use slotring::pinned::{self, ThreadState};
@@ -345,17 +348,22 @@ fn scan_worker(
             Err(_) => break,
         };
         q.held.fetch_add(1, Ordering::Relaxed);
-        {
-            let _current = live.cfg.lease_parking.then(|| slot.make_current());
+        // One quantum of reads, with a `should_yield` checkpoint between reads.
+        let mut quantum = |should_yield: &dyn Fn() -> bool| {
             let started = Instant::now();
             while started.elapsed() < live.cfg.slot_quantum {
                 if live.stopping() {
-                    q.held.fetch_sub(1, Ordering::Relaxed);
-                    break 'outer;
+                    return Quantum::Stop;
                 }
                 let off = cursor.fetch_add(rs, Ordering::Relaxed) % size;
                 let off = off.min(size.saturating_sub(rs));
-                let (r, b) = engine.read_at(&live.file, buf, off, Some(&live.read_ptr), MAX_BLOCK);
+                let (r, b) = engine.read_at(
+                    &live.file,
+                    std::mem::take(&mut buf),
+                    off,
+                    Some(&live.read_ptr),
+                    MAX_BLOCK,
+                );
                 buf = b;
                 if buf.len() != rs as usize {
                     buf = vec![0u8; rs as usize];
@@ -366,17 +374,91 @@ fn scan_worker(
                 }
                 live.record_engine(id, engine.counters());
                 cpu_work(&buf, live.cfg.cpu_work_per_read);
+                if should_yield() {
+                    return Quantum::Yield;
+                }
             }
-        }
+            Quantum::Done
+        };
+        let done = if live.cfg.lease_parking {
+            let current = slot.make_current();
+            quantum(&|| current.should_yield())
+        } else {
+            quantum(&|| slot.should_yield())
+        };
         drop(slot);
         q.held.fetch_sub(1, Ordering::Relaxed);
-        // Ask for one more slot over the allocation's life.
-        let m = max.fetch_add(1, Ordering::Relaxed) + 1;
-        if alloc.set_max(m).is_err() {
-            break;
+        match done {
+            Quantum::Stop => break 'outer,
+            // A yielded slot is asked for again by the allocation itself.
+            Quantum::Yield => {}
+            // Ask for one more slot over the allocation's life.
+            Quantum::Done => {
+                let m = max.fetch_add(1, Ordering::Relaxed) + 1;
+                if alloc.set_max(m).is_err() {
+                    break;
+                }
+            }
         }
     }
     live.record_engine(id, engine.counters());
+}
+
+/// The budget section of the report.
+fn budget_report(
+    cfg: &RunConfig,
+    series: &[u64],
+    runq: Option<(u64, u64)>,
+    status: Option<AdaptiveCounters>,
+    slots: &slotring::slots::SlotsCounters,
+) -> BudgetReport {
+    let mode = match (&status, cfg.adaptive_budget) {
+        (Some(s), _) if s.probe_losses > 0 => "adaptive until the probes went away, then static",
+        (Some(s), _) if s.adaptive == 1 => "adaptive",
+        (_, true) => "static (no kernel probes)",
+        (_, false) => "static",
+    };
+    let n = series.len().max(1) as f64;
+    let (runq_ns, on_cpu_ns) = runq.unwrap_or_default();
+    BudgetReport {
+        adaptive_budget: cfg.adaptive_budget,
+        mode: mode.into(),
+        ceiling: slots.max_concurrency,
+        // An unlimited budget (u64::MAX) has no mean.
+        budget_mean: if series.contains(&u64::MAX) {
+            f64::NAN
+        } else {
+            series.iter().map(|&b| b as f64).sum::<f64>() / n
+        },
+        budget_min: series
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(slots.budget_effective),
+        budget_max: series
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(slots.budget_effective),
+        runq_share_pct: if runq_ns + on_cpu_ns == 0 {
+            f64::NAN
+        } else {
+            runq_ns as f64 * 100.0 / (runq_ns + on_cpu_ns) as f64
+        },
+        yields: slots.yields,
+        windows: status.map_or(0, |s| s.windows),
+        probe_losses: status.map_or(0, |s| s.probe_losses),
+    }
+}
+
+/// How a scan thread's quantum under one slot ended.
+enum Quantum {
+    /// The quantum's time is up.
+    Done,
+    /// `should_yield` asked for the slot back (the budget shrank).
+    Yield,
+    /// The run is stopping.
+    Stop,
 }
 
 fn short_query(live: Arc<Live>, q: Arc<QueryState>, seed: u64) {
@@ -659,6 +741,31 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     } else {
         None
     };
+    // The adaptive budget (the loop needs the probes; without them the
+    // budget stays static and that is said once), and, either way, a sensor
+    // of the running leases' run-queue share over the whole run.
+    let mut adaptive = match (&bpf, cfg.adaptive_budget) {
+        (Some(b), true) => Some(
+            AdaptiveBudget::start(
+                cc.clone(),
+                b.runq_probe(),
+                AdaptiveConfig::with_ceiling(cc.max_concurrency()),
+                SAMPLE_PERIOD,
+            )
+            .map_err(|e| RunError::Setup(e.to_string()))?,
+        ),
+        (None, true) => {
+            eprintln!(
+                "slotring: the CPU slot budget stays static: the eBPF probes are off (--no-probes)"
+            );
+            None
+        }
+        (_, false) => None,
+    };
+    let mut runq_probe: Option<RunqProbe> = bpf.as_ref().map(SlotringBpf::runq_probe);
+    if let Some(p) = runq_probe.as_mut() {
+        let _ = p.sample();
+    }
 
     let multi = MultiProgress::with_draw_target(if opts.progress {
         ProgressDrawTarget::stderr()
@@ -883,6 +990,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         }
         timeline.short_slots.push(short);
         timeline.slots_in_use.push(slots.cur_concurrency);
+        timeline.budget.push(slots.budget_effective);
         timeline.leases_parked.push(slots.parked);
         peak_threads = peak_threads.max(process_threads());
         // Publish: BPF maps and /metrics.
@@ -908,6 +1016,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
             slots,
             uring,
             kernel: bpf.as_ref().and_then(kernel_snapshot),
+            adaptive: adaptive.as_ref().map(AdaptiveBudget::status),
         };
         time_bar.set_position((t * 1e3) as u64);
         time_bar.set_message(format!(
@@ -955,6 +1064,11 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     drop(server);
 
     // 4. Report.
+    let runq = runq_probe.as_mut().and_then(RunqProbe::sample);
+    let budget_status = adaptive.as_mut().map(|a| {
+        a.stop();
+        a.status()
+    });
     let kernel = kernel_report(bpf.as_ref(), cfg.probes).report;
     drop(bpf); // detaches the probes and removes the pins
     let slots = cc.counters();
@@ -985,6 +1099,25 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let interrupted = stop.load(Ordering::Relaxed);
     let kept = cfg.keep;
     drop(guard);
+    let mut short_ms: Vec<f64> = queries
+        .iter()
+        .filter(|q| q.kind == "short")
+        .map(|q| (q.end_s - q.start_s) * 1e3)
+        .collect();
+    short_ms.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        if short_ms.is_empty() {
+            f64::NAN
+        } else {
+            short_ms[((short_ms.len() - 1) as f64 * p).round() as usize]
+        }
+    };
+    let short_latency_ms = LatencyReport {
+        count: short_ms.len() as u64,
+        p50: pct(0.50),
+        p99: pct(0.99),
+    };
+    let adaptive_report = budget_report(cfg, &timeline.budget, runq, budget_status, &slots);
     Ok(Report {
         config: cfg.clone(),
         elapsed_s: elapsed,
@@ -1046,6 +1179,8 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
             cpu_s,
         },
         metrics_addr,
+        short_latency_ms,
+        adaptive: adaptive_report,
         timeline,
     })
 }

@@ -223,6 +223,7 @@ impl PinnedMaps {
             slots: self.slots()?,
             uring: self.uring()?,
             kernel: Some(self.kernel()?),
+            adaptive: None,
         })
     }
 }

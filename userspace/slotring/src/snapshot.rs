@@ -4,7 +4,8 @@
 //! A [`Snapshot`] holds the `#[repr(C)]` counter structs of the other crates
 //! (one [`ThrottleCounters`] per named throttler, [`SlotsCounters`],
 //! [`UringCounters`]) and, when the kernel probes are attached, a
-//! [`KernelSnapshot`]. Snapshots are values: building metrics from them never
+//! [`KernelSnapshot`]; with an adaptive budget loop, its
+//! [`AdaptiveCounters`]. Snapshots are values: building metrics from them never
 //! touches a live throttler, slot budget or ring.
 //!
 //! Each counter struct is described field by field through [`CounterSet`]
@@ -13,7 +14,7 @@
 //! with `+` and `sum()` (one engine's counters over many engines, …).
 
 pub use slotring_counters::{CounterSet, Field, Kind, Unit};
-use slotring_slots::SlotsCounters;
+use slotring_slots::{AdaptiveCounters, SlotsCounters};
 use slotring_throttle::ThrottleCounters;
 use slotring_uring::UringCounters;
 
@@ -82,4 +83,7 @@ pub struct Snapshot {
     pub uring: UringCounters,
     /// Kernel measurements; `None` when the probes are not attached.
     pub kernel: Option<KernelSnapshot>,
+    /// The adaptive budget loop and its inputs; `None` when no loop runs
+    /// (static budget by choice, or a reader of pinned maps).
+    pub adaptive: Option<AdaptiveCounters>,
 }
