@@ -37,6 +37,19 @@
 //! unpark either fits (`cur < max`) or raises `cur` and `borrowed` together,
 //! and a release lowers `cur` by one and `borrowed` by at most one.
 //!
+//! Effective budget and yields: scheduling obeys `limit() = min(max, cap)`,
+//! where `cap` is the adaptive effective budget (`UNLIMITED`: static). A
+//! shrink takes nothing back by itself; `yield_needed = (cur − borrowed) −
+//! limit − owed` (floored at 0) is how many more holders should release. A
+//! holder's `should_yield` says yes only while that is positive and its
+//! allocation holds (`held`: granted-unacquired plus acquired unparked
+//! competing slots) more than `max(1, limit / holders)` beyond the yields
+//! it already promised (`owed`); each yes is promised (`owed + 1`), so
+//! exactly the excess is asked for, and the release that keeps the promise
+//! makes the allocation want that slot again (`allocated − 1`, back in its
+//! waiter list): the holder waits for a grant like any other. Borrowed
+//! slots are not an excess to yield: borrowing is repaid by withholding.
+//!
 //! # Memory ordering
 //!
 //! Everything above is guarded by the one mutex, which orders it. The atomics
@@ -53,6 +66,14 @@
 //! * `next_slot_id` (per allocation): a `fetch_add`, so ids are unique; in
 //!   grant order up to the interleaving of concurrent acquirers.
 //! * `slots_acquired*` (per control): statistics only.
+//! * `held` / `owed` (per allocation): changed and read only inside the
+//!   mutex; atomics only because they live in the `AllocShared` that a
+//!   slot may keep after its allocation is gone.
+//! * `yield_needed` (per control): stored inside the mutex after every
+//!   operation, loaded lock-free by `should_yield`'s fast path. It is a
+//!   hint: the decision and the promise are made again inside the mutex. A
+//!   stale 0 only delays a yield to a later checkpoint (the store becomes
+//!   visible); a stale positive value costs one lock that answers no.
 
 use std::collections::BTreeSet;
 
