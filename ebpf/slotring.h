@@ -136,6 +136,8 @@ struct slots_stats {
 	__u64 waiters;
 	__u64 parked;
 	__u64 borrowed;
+	__u64 budget_effective;
+	__u64 yields;
 };
 
 /* `uring` map (= slotring_uring::UringCounters). */

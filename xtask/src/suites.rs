@@ -12,6 +12,7 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("uring", ("slotring-uring", "uring")),
     ("bpf", ("slotring-bpf", "bpf")),
     ("e2e", ("slotring-cli", "e2e")),
+    ("adaptive", ("slotring-cli", "adaptive")),
 ];
 
 /// `(package, integration test)` pairs run with `--cfg loom`.

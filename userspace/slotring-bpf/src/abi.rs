@@ -476,7 +476,7 @@ mod tests {
                 short,
                 crate::BpfError::ValueSize {
                     c_name: "slots_stats",
-                    expected: 15,
+                    expected: 17,
                     got: 3
                 }
             ),
@@ -484,7 +484,7 @@ mod tests {
         );
         assert_eq!(
             short.to_string(),
-            "a `struct slots_stats` is 15 words, got 3"
+            "a `struct slots_stats` is 17 words, got 3"
         );
         let mut long = words.clone();
         long.push(0);

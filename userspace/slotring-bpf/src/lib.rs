@@ -18,12 +18,16 @@
 //!   [`SlotringBpf::publish_uring`]: stores into map memory, no syscalls;
 //!   `bpftool map dump pinned /sys/fs/bpf/slotring/<map>` prints them with
 //!   field names.
+//! * [`AdaptiveBudget`] closes the loop: the run-queue share of running
+//!   leases ([`RunqProbe`]) sizes the slot budget through
+//!   `slotring_slots::BudgetController`.
 //! * [`SlotringBpf::verify`] turns the kernel's accounting into a
 //!   [`VerificationReport`] with a [`Verdict`].
 
 #![deny(unsafe_code)]
 
 pub mod abi;
+mod budget;
 mod error;
 mod lease;
 mod loader;
@@ -35,6 +39,7 @@ mod region;
 mod verify;
 
 pub use abi::{AbiStruct, FieldLayout, Hist, LeaseClock, LeaseSlot, ThreadAcct, ThrottleStats};
+pub use budget::{AdaptiveBudget, BudgetPoint, RunqProbe};
 pub use error::BpfError;
 pub use lease::{LEASE_MIRROR, LeaseMirror, install_observer, monotonic_ns};
 pub use loader::{AttachMode, BpfConfig, NamedId, OBJECT, ProbeStatus, ProgStats, SlotringBpf};

@@ -166,6 +166,15 @@ pub struct RunConfig {
     /// Do not park the thread's CPU lease while it waits on a throttle [setting lease_parking, default true]
     #[arg(long = "no-lease-parking", env = "SLOTRING_LEASE_PARKING", action = ArgAction::SetFalse, value_parser = boolean)]
     pub lease_parking: bool,
+    /// size the CPU slot budget from the run-queue delay of running leases (needs the eBPF probes; max_concurrency stays the ceiling) [setting adaptive_budget, default false]
+    #[arg(long, env = "SLOTRING_ADAPTIVE_BUDGET", action = ArgAction::SetTrue, value_parser = boolean, overrides_with = "no_adaptive_budget")]
+    pub adaptive_budget: bool,
+    /// Do not size the CPU slot budget from run-queue delay: the static budget (overrides the environment and the file) [setting adaptive_budget]
+    // The other half of the `--adaptive-budget` toggle (the last one on the
+    // command line wins); applied by `overlay`, never serialised.
+    #[arg(long, action = ArgAction::SetTrue, overrides_with = "adaptive_budget")]
+    #[serde(skip)]
+    pub no_adaptive_budget: bool,
     /// serve /metrics here (empty = off)
     // Spelled out for the same reason as `dir`: empty or `off` is `None`.
     #[arg(long, env = "SLOTRING_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:9464", value_parser = listen)]
@@ -244,6 +253,11 @@ impl RunConfig {
             }
         }
         self.settle_scans();
+        // `--no-adaptive-budget` on the command line beats the environment
+        // and the file.
+        if self.no_adaptive_budget {
+            self.adaptive_budget = false;
+        }
         Ok(())
     }
 }
@@ -725,6 +739,30 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown setting `max_read` in c.toml"), "{e}");
+    }
+
+    #[test]
+    fn adaptive_budget_toggles_and_layers() {
+        let on = |v: &str| (v == "SLOTRING_ADAPTIVE_BUDGET").then(|| "true".to_owned());
+        let (mut c, m) = given(&[]).unwrap();
+        c.overlay(&m, &|_| None, None).unwrap();
+        assert!(!c.adaptive_budget, "static by default");
+        let (mut c, m) = given(&[]).unwrap();
+        c.overlay(&m, &on, None).unwrap();
+        assert!(c.adaptive_budget, "from the environment");
+        let (mut c, m) = given(&["--no-adaptive-budget"]).unwrap();
+        c.overlay(&m, &on, None).unwrap();
+        assert!(!c.adaptive_budget, "the command line beats the environment");
+        let (mut c, m) = given(&["--no-adaptive-budget", "--adaptive-budget"]).unwrap();
+        c.overlay(&m, &|_| None, None).unwrap();
+        assert!(c.adaptive_budget, "the last flag wins");
+        let (mut c, m) = given(&["--adaptive-budget", "--no-adaptive-budget"]).unwrap();
+        c.overlay(&m, &|_| None, None).unwrap();
+        assert!(!c.adaptive_budget, "the last flag wins");
+        let file = ConfigFile::parse("adaptive_budget = true\n", Path::new("f.toml")).unwrap();
+        let (mut c, m) = given(&[]).unwrap();
+        c.overlay(&m, &|_| None, Some(&file)).unwrap();
+        assert!(c.adaptive_budget, "from the file");
     }
 
     #[test]

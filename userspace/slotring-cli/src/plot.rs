@@ -174,6 +174,7 @@ pub fn svg(report: &Report) -> String {
         .flatten()
         .chain(&tl.short_slots)
         .chain(&tl.slots_in_use)
+        .chain(tl.budget.iter().filter(|&&b| b != u64::MAX))
         .copied()
         .max()
         .unwrap_or(1) as f64;
@@ -252,6 +253,12 @@ pub fn svg(report: &Report) -> String {
     let used: Vec<f64> = tl.slots_in_use.iter().map(|&x| x as f64).collect();
     polyline(&mut svg, &slots, &tl.t_s, &used, "#000", true);
     legend(&mut svg, &slots, n + 1, "#000", "slots in use");
+    // An unlimited budget (u64::MAX) has no line.
+    if tl.budget.iter().all(|&b| b != u64::MAX) {
+        let budget: Vec<f64> = tl.budget.iter().map(|&x| x as f64).collect();
+        polyline(&mut svg, &slots, &tl.t_s, &budget, "#d62728", true);
+        legend(&mut svg, &slots, n + 2, "#d62728", "effective budget");
+    }
     svg.push_str("</svg>\n");
     svg
 }

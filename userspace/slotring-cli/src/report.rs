@@ -267,6 +267,47 @@ pub struct Timeline {
     pub slots_in_use: Vec<u64>,
     /// Parked leases at each sample.
     pub leases_parked: Vec<u64>,
+    /// The effective CPU slot budget at each sample
+    /// (`slotring_slots_budget_effective`: adaptive, or `max_concurrency`).
+    pub budget: Vec<u64>,
+}
+
+/// Latency percentiles of a kind of query, milliseconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatencyReport {
+    /// Queries measured.
+    pub count: u64,
+    /// Median, ms.
+    pub p50: f64,
+    /// 99th percentile, ms.
+    pub p99: f64,
+}
+
+/// The CPU slot budget: static or adaptive, and the controller's input.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BudgetReport {
+    /// Whether the adaptive budget was asked for (`adaptive_budget`).
+    pub adaptive_budget: bool,
+    /// `adaptive`, `static`, `static (no kernel probes)`, or adaptive until
+    /// the probes went away.
+    pub mode: String,
+    /// `max_concurrency`: the ceiling.
+    pub ceiling: u64,
+    /// Mean effective budget over the samples.
+    pub budget_mean: f64,
+    /// Lowest effective budget sampled.
+    pub budget_min: u64,
+    /// Highest effective budget sampled.
+    pub budget_max: u64,
+    /// Run-queue share of running leases over the run, percent (kernel
+    /// accounting; NaN without probes), static or adaptive.
+    pub runq_share_pct: f64,
+    /// Slots released because `should_yield` asked.
+    pub yields: u64,
+    /// Controller windows evaluated.
+    pub windows: u64,
+    /// Times the probes went away mid-run.
+    pub probe_losses: u64,
 }
 
 /// The kernel's verdict on parked threads.
@@ -365,6 +406,10 @@ pub struct Report {
     pub process: ProcessReport,
     /// The `/metrics` address served during the run.
     pub metrics_addr: Option<String>,
+    /// Short query latency (start to end).
+    pub short_latency_ms: LatencyReport,
+    /// The CPU slot budget over the run.
+    pub adaptive: BudgetReport,
     /// Sampled series.
     pub timeline: Timeline,
 }
@@ -520,12 +565,32 @@ impl fmt::Display for Report {
             let wait: f64 = shorts.iter().map(|q| q.slot_wait_s).sum::<f64>() / n;
             writeln!(
                 f,
-                "  {} short queries: mean duration {:.1} ms, mean slot wait {:.2} ms",
+                "  {} short queries: mean duration {:.1} ms (p50 {:.1} ms, p99 {:.1} ms), mean slot wait {:.2} ms",
                 shorts.len(),
                 lat * 1e3,
+                self.short_latency_ms.p50,
+                self.short_latency_ms.p99,
                 wait * 1e3
             )?;
         }
+        let b = &self.adaptive;
+        writeln!(
+            f,
+            "\nCPU slot budget: {} (ceiling {}): mean {:.2}, min {}, max {}; run-queue share of running leases {:.1}%; {} yields, {} controller windows{}",
+            b.mode,
+            b.ceiling,
+            b.budget_mean,
+            b.budget_min,
+            b.budget_max,
+            b.runq_share_pct,
+            b.yields,
+            b.windows,
+            if b.probe_losses > 0 {
+                format!(", probes lost {} times", b.probe_losses)
+            } else {
+                String::new()
+            }
+        )?;
         let k = &self.kernel;
         writeln!(f, "\nkernel verdict on parked threads:")?;
         if k.attached {

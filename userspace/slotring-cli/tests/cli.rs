@@ -257,6 +257,15 @@ const ISSUE_NAMES: &[&str] = &[
     "slotring_slots_max",
     "slotring_slots_leases_parked",
     "slotring_slots_lease_parks_total",
+    "slotring_slots_budget_effective",
+];
+
+/// With `--adaptive-budget` and the probes attached.
+const ADAPTIVE_NAMES: &[&str] = &[
+    "slotring_slots_adaptive_enabled",
+    "slotring_slots_adaptive_runq_share_basis_points",
+    "slotring_slots_adaptive_runq_seconds_total",
+    "slotring_slots_adaptive_oncpu_seconds_total",
 ];
 
 const KERNEL_NAMES: &[&str] = &[
@@ -280,6 +289,8 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
                 "16MiB",
                 "--json",
                 "--no-progress",
+                "--no-adaptive-budget",
+                "--adaptive-budget",
             ])
             .arg("--dir")
             .arg(dir.path())
@@ -308,7 +319,7 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         child.stderr_so_far()
     );
     if attached {
-        for n in KERNEL_NAMES {
+        for n in KERNEL_NAMES.iter().chain(ADAPTIVE_NAMES) {
             assert!(names.contains(*n), "{n} missing from /metrics:\n{body}");
         }
         for series in dashboard_series() {
@@ -429,6 +440,8 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         "kernel",
         "process",
         "metrics_addr",
+        "short_latency_ms",
+        "adaptive",
         "timeline",
     ] {
         assert!(r.get(key).is_some(), "report lacks {key}");
@@ -484,8 +497,25 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         "short_slots",
         "slots_in_use",
         "leases_parked",
+        "budget",
     ] {
         assert_eq!(tl[k].as_array().unwrap().len(), n, "{k}");
+    }
+    // The budget: the last of `--no-adaptive-budget --adaptive-budget` won;
+    // between the floor and the ceiling, never 0.
+    let b = &r["adaptive"];
+    assert_eq!(r["config"]["adaptive_budget"], true);
+    assert_eq!(b["ceiling"], 2 * cores);
+    let (lo, hi) = (
+        b["budget_min"].as_u64().unwrap(),
+        b["budget_max"].as_u64().unwrap(),
+    );
+    assert!(1 <= lo && lo <= hi && hi <= 2 * cores, "{b}");
+    if attached {
+        assert_eq!(b["mode"], "adaptive", "{b}");
+        assert!(b["windows"].as_u64().unwrap() > 0, "{b}");
+        let share = b["runq_share_pct"].as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&share), "{b}");
     }
     for s in tl["scan_slots"].as_array().unwrap() {
         assert_eq!(s.as_array().unwrap().len(), n);
@@ -511,6 +541,7 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
     assert!(!pins.exists(), "pins left at {}", pins.display());
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+    assert!(svg.contains("effective budget"));
 }
 
 #[test]
@@ -875,6 +906,7 @@ fn degrades_cleanly_without_privileges() {
             "16MiB",
             "--json",
             "--no-progress",
+            "--adaptive-budget",
         ])
         .args(["--listen", "127.0.0.1:0"])
         .arg("--dir")
@@ -887,6 +919,11 @@ fn degrades_cleanly_without_privileges() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(
         err.matches("running without kernel probes").count(),
+        1,
+        "said once: {err}"
+    );
+    assert_eq!(
+        err.matches("the CPU slot budget stays static").count(),
         1,
         "said once: {err}"
     );
@@ -904,6 +941,8 @@ fn degrades_cleanly_without_privileges() {
     assert_eq!(scans, 2);
     assert_eq!(r["kernel"]["attached"], false);
     assert_eq!(r["kernel"]["verdict"], "unverified");
+    assert_eq!(r["adaptive"]["mode"], "static (no kernel probes)");
+    assert_eq!(r["adaptive"]["budget_min"], r["adaptive"]["ceiling"]);
     assert!(r["io"]["reads"].as_u64().unwrap() > 0);
     assert!(
         r["kernel"]["reason"]

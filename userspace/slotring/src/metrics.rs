@@ -159,6 +159,9 @@ pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
         counter_set_families(&series, &mut out);
     }
     counter_set_families(&[(vec![], s.slots)], &mut out);
+    if let Some(a) = s.adaptive {
+        counter_set_families(&[(vec![], a)], &mut out);
+    }
     counter_set_families(&[(vec![], s.uring)], &mut out);
     // Tenants: the top ones by bytes and `other` (bounded cardinality).
     if !s.tenants.is_empty() {
@@ -315,6 +318,7 @@ fn every_desc(gauges: &[(&str, &str)]) -> Vec<prometheus::core::Desc> {
         throttlers: vec![crate::snapshot::NamedThrottler::default()],
         kernel: Some(crate::snapshot::KernelSnapshot::default()),
         tenants: vec![crate::snapshot::TenantStat::default()],
+        adaptive: Some(slotring_slots::AdaptiveCounters::default()),
         ..Snapshot::default()
     };
     let mut all = families(&full);
@@ -430,6 +434,36 @@ mod tests {
             .count();
         assert_eq!(buckets, HIST_BUCKETS);
         assert!(text.contains("slotring_unpark_runqueue_latency_seconds_bucket{le=\"+Inf\"} 0\n"));
+    }
+
+    #[test]
+    fn adaptive_budget_families_only_with_a_loop() {
+        let s = Snapshot {
+            slots: SlotsCounters {
+                max_concurrency: 4,
+                budget_effective: 2,
+                ..Default::default()
+            },
+            adaptive: Some(slotring_slots::AdaptiveCounters {
+                adaptive: 1,
+                budget: 2,
+                runq_share_bp: 1250,
+                runq_us: 500_000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = encode(&s);
+        assert!(
+            text.contains("slotring_slots_budget_effective 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("slotring_slots_adaptive_enabled 1\n"));
+        assert!(text.contains("slotring_slots_adaptive_runq_share_basis_points 1250\n"));
+        assert!(text.contains("slotring_slots_adaptive_runq_seconds_total 0.5\n"));
+        let none = encode(&Snapshot::default());
+        assert!(none.contains("slotring_slots_budget_effective"));
+        assert!(!none.contains("slotring_slots_adaptive_"));
     }
 
     #[test]

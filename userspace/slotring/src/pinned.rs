@@ -225,6 +225,7 @@ impl PinnedMaps {
             kernel: Some(self.kernel()?),
             // Tenants live in the process that made them: not pinned.
             tenants: Vec::new(),
+            adaptive: None,
         })
     }
 }

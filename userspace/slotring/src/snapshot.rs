@@ -4,7 +4,8 @@
 //! A [`Snapshot`] holds the `#[repr(C)]` counter structs of the other crates
 //! (one [`ThrottleCounters`] per named throttler, [`SlotsCounters`],
 //! [`UringCounters`]) and, when the kernel probes are attached, a
-//! [`KernelSnapshot`]. Snapshots are values: building metrics from them never
+//! [`KernelSnapshot`]; with an adaptive budget loop, its
+//! [`AdaptiveCounters`]. Snapshots are values: building metrics from them never
 //! touches a live throttler, slot budget or ring.
 //!
 //! Each counter struct is described field by field through [`CounterSet`]
@@ -13,7 +14,7 @@
 //! with `+` and `sum()` (one engine's counters over many engines, …).
 
 pub use slotring_counters::{CounterSet, Field, Kind, Unit};
-use slotring_slots::SlotsCounters;
+use slotring_slots::{AdaptiveCounters, SlotsCounters};
 use slotring_throttle::ThrottleCounters;
 use slotring_uring::UringCounters;
 
@@ -85,6 +86,9 @@ pub struct Snapshot {
     /// Tenants sharing the throttlers (any number: exporters keep the top
     /// [`TENANT_SERIES`] by bytes and sum the rest, see [`top_tenants`]).
     pub tenants: Vec<TenantStat>,
+    /// The adaptive budget loop and its inputs; `None` when no loop runs
+    /// (static budget by choice, or a reader of pinned maps).
+    pub adaptive: Option<AdaptiveCounters>,
 }
 
 /// The most tenants exported one series each; the rest are summed into one

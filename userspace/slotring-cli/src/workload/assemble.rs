@@ -7,13 +7,15 @@ use std::time::Instant;
 use slotring::bpf::{ProbeStatus, SlotringBpf, Verdict, VerifyConfig};
 use slotring::throttle::{Tenant, Throttler};
 
-use super::counters::{io_report, slots_report, throttle_report};
+use slotring::slots::AdaptiveCounters;
+
+use super::counters::{budget_report, io_report, slots_report, throttle_report};
 use super::lock;
 use super::sampler::Sampled;
 use super::workers::Live;
 use crate::report::{
-    DataFile, FailingThread, FairnessReport, KernelReport, KernelVerdict, ProcessReport, QueryKind,
-    QueryReport, Report, jain,
+    DataFile, FailingThread, FairnessReport, KernelReport, KernelVerdict, LatencyReport,
+    ProcessReport, QueryKind, QueryReport, Report, jain,
 };
 
 /// Everything the report is made of, once every query thread is done.
@@ -38,6 +40,10 @@ pub(super) struct Finished<'a> {
     pub cpu_s: f64,
     /// Where `/metrics` was served.
     pub metrics_addr: Option<String>,
+    /// Run-queue and on-CPU ns of running leases over the run (probes).
+    pub runq: Option<(u64, u64)>,
+    /// The adaptive budget loop's last state, when one ran.
+    pub adaptive: Option<AdaptiveCounters>,
 }
 
 /// Assemble the report.
@@ -71,6 +77,7 @@ pub(super) fn report(f: Finished<'_>) -> Report {
             },
             samples: s.jain_samples,
         },
+        short_latency_ms: short_latency(&queries),
         queries,
         kernel: f.kernel,
         process: ProcessReport {
@@ -79,7 +86,36 @@ pub(super) fn report(f: Finished<'_>) -> Report {
             cpu_s: f.cpu_s,
         },
         metrics_addr: f.metrics_addr,
+        adaptive: budget_report(
+            cfg,
+            &s.timeline.budget,
+            f.runq,
+            f.adaptive,
+            &live.cc.counters(),
+        ),
         timeline: f.sampled.timeline,
+    }
+}
+
+/// Short queries' duration percentiles (nearest rank).
+fn short_latency(queries: &[QueryReport]) -> LatencyReport {
+    let mut ms: Vec<f64> = queries
+        .iter()
+        .filter(|q| q.kind == QueryKind::Short)
+        .map(|q| (q.end_s - q.start_s) * 1e3)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        if ms.is_empty() {
+            f64::NAN
+        } else {
+            ms[((ms.len() - 1) as f64 * p).round() as usize]
+        }
+    };
+    LatencyReport {
+        count: ms.len() as u64,
+        p50: pct(0.50),
+        p99: pct(0.99),
     }
 }
 

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
-use slotring::bpf::{SlotringBpf, ThrottleStats};
+use slotring::bpf::{AdaptiveBudget, SlotringBpf, ThrottleStats};
 use slotring::metrics::SlotringCollector;
 use slotring::pinned::{self, ThreadState};
 use slotring::snapshot::{KernelSnapshot, NamedThrottler, Snapshot, TenantStat};
@@ -66,6 +66,7 @@ pub(super) struct Sampler<'a> {
     live: &'a Live,
     write: &'a Throttler,
     bpf: Option<&'a SlotringBpf>,
+    adaptive: Option<&'a AdaptiveBudget>,
     progress: &'a Progress,
     published: Published,
     out: Sampled,
@@ -84,6 +85,7 @@ impl<'a> Sampler<'a> {
         live: &'a Live,
         write: &'a Throttler,
         bpf: Option<&'a SlotringBpf>,
+        adaptive: Option<&'a AdaptiveBudget>,
         progress: &'a Progress,
         published: Published,
     ) -> Self {
@@ -91,6 +93,7 @@ impl<'a> Sampler<'a> {
             live,
             write,
             bpf,
+            adaptive,
             progress,
             published,
             out: Sampled {
@@ -178,6 +181,7 @@ impl<'a> Sampler<'a> {
         timeline.short_slots.push(short);
         timeline.slots_in_use.push(slots.cur_concurrency);
         timeline.leases_parked.push(slots.parked);
+        timeline.budget.push(slots.budget_effective);
         self.out.peak_threads = self.out.peak_threads.max(process_threads());
         // Publish: BPF maps and /metrics.
         let throttlers = vec![
@@ -206,6 +210,7 @@ impl<'a> Sampler<'a> {
                 .iter()
                 .filter_map(|q| q.tenant.as_ref().map(TenantStat::of))
                 .collect(),
+            adaptive: self.adaptive.map(AdaptiveBudget::status),
         };
         self.progress.update(t, disk_rate, &slots);
     }

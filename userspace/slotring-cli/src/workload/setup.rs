@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use indicatif::ProgressBar;
-use slotring::bpf::{BpfConfig, SlotringBpf};
-use slotring::slots::ConcurrencyControl;
+use slotring::bpf::{AdaptiveBudget, BpfConfig, SlotringBpf};
+use slotring::slots::{AdaptiveConfig, ConcurrencyControl};
 use slotring::throttle::{ThrottlePtr, Throttler};
 use slotring::uring::UringFile;
 
@@ -156,6 +156,32 @@ pub(super) fn probes(cfg: &RunConfig) -> Option<SlotringBpf> {
     };
     slotring::bpf::install_observer();
     Some(b)
+}
+
+/// The adaptive budget loop when `adaptive_budget` is set: it needs the
+/// probes (without them the budget stays static and that is said once).
+pub(super) fn adaptive_budget(
+    cfg: &RunConfig,
+    cc: &ConcurrencyControl,
+    bpf: Option<&SlotringBpf>,
+) -> Result<Option<AdaptiveBudget>, RunError> {
+    if !cfg.adaptive_budget {
+        return Ok(None);
+    }
+    let Some(b) = bpf else {
+        eprintln!(
+            "slotring: the CPU slot budget stays static: the eBPF probes are off (--no-probes)"
+        );
+        return Ok(None);
+    };
+    AdaptiveBudget::start(
+        cc.clone(),
+        b.runq_probe(),
+        AdaptiveConfig::with_ceiling(cc.max_concurrency()),
+        super::SAMPLE_PERIOD,
+    )
+    .map(Some)
+    .map_err(|source| RunError::Adaptive { source })
 }
 
 /// Create the data file at `path` through an engine from `engines`,

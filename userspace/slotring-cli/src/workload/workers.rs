@@ -268,22 +268,22 @@ fn scan_worker(
             Err(_) => break,
         };
         q.held.fetch_add(1, Ordering::Relaxed);
-        {
-            let _current = live.cfg.lease_parking.then(|| slot.make_current());
-            // The current slot carries the scan's tenant; without lease
-            // parking the thread names it itself.
-            let _tenant = (!live.cfg.lease_parking)
-                .then(|| q.tenant.as_ref().map(Tenant::enter))
-                .flatten();
+        // One quantum of reads, with a `should_yield` checkpoint between reads.
+        let mut quantum = |should_yield: &dyn Fn() -> bool| {
             let started = Instant::now();
             while started.elapsed() < live.cfg.slot_quantum {
                 if live.stopping() {
-                    q.held.fetch_sub(1, Ordering::Relaxed);
-                    break 'outer;
+                    return Quantum::Stop;
                 }
                 let off = cursor.fetch_add(rs, Ordering::Relaxed) % size;
                 let off = off.min(size.saturating_sub(rs));
-                let (r, b) = engine.read_at(&live.file, buf, off, Some(&live.read_ptr), MAX_BLOCK);
+                let (r, b) = engine.read_at(
+                    &live.file,
+                    std::mem::take(&mut buf),
+                    off,
+                    Some(&live.read_ptr),
+                    MAX_BLOCK,
+                );
                 buf = b;
                 if buf.len() != rs as usize {
                     buf = vec![0u8; rs as usize];
@@ -294,17 +294,47 @@ fn scan_worker(
                 }
                 live.engines.record(id, engine.counters());
                 cpu_work(&buf, live.cfg.cpu_work_per_read);
+                if should_yield() {
+                    return Quantum::Yield;
+                }
             }
-        }
+            Quantum::Done
+        };
+        let done = if live.cfg.lease_parking {
+            // The current slot carries the scan's tenant.
+            let current = slot.make_current();
+            quantum(&|| current.should_yield())
+        } else {
+            // Without lease parking the thread names its tenant itself.
+            let _tenant = q.tenant.as_ref().map(Tenant::enter);
+            quantum(&|| slot.should_yield())
+        };
         drop(slot);
         q.held.fetch_sub(1, Ordering::Relaxed);
-        // Ask for one more slot over the allocation's life.
-        let m = max.fetch_add(1, Ordering::Relaxed) + 1;
-        if alloc.set_max(m).is_err() {
-            break;
+        match done {
+            Quantum::Stop => break 'outer,
+            // A yielded slot is asked for again by the allocation itself.
+            Quantum::Yield => {}
+            // Ask for one more slot over the allocation's life.
+            Quantum::Done => {
+                let m = max.fetch_add(1, Ordering::Relaxed) + 1;
+                if alloc.set_max(m).is_err() {
+                    break;
+                }
+            }
         }
     }
     live.engines.record(id, engine.counters());
+}
+
+/// How a scan thread's quantum under one slot ended.
+enum Quantum {
+    /// The quantum's time is up.
+    Done,
+    /// `should_yield` asked for the slot back (the budget shrank).
+    Yield,
+    /// The run is stopping.
+    Stop,
 }
 
 /// Start a short query every `short_query_interval` (at most
