@@ -7,7 +7,9 @@ use nix::errno::Errno;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ThrottleError {
     /// The lifetime `limit` was exceeded. The tokens were already charged, as
-    /// in ClickHouse, so the bucket stays consistent.
+    /// in ClickHouse, so the bucket stays consistent. The lifetime count
+    /// saturates at `u64::MAX`; a saturated count exceeds every limit, so
+    /// `count` may equal `limit` when `limit` is `u64::MAX`.
     #[error("{message} Maximum: {limit} (throttler `{name}` has counted {count})")]
     LimitExceeded {
         /// Throttler name.
@@ -19,9 +21,9 @@ pub enum ThrottleError {
         /// The configured message (ClickHouse's `limit_exceeded_exception_message`).
         message: String,
     },
-    /// The accumulated debt would leave the exact fixed-point range. Nothing
-    /// was charged. (Through [`crate::Throttler`] the lifetime count overflows
-    /// first, since debt ≤ count < 2⁶⁴ tokens; the bucket checks anyway.)
+    /// The accumulated debt would leave the exact fixed-point range (2¹⁰⁰
+    /// nano-tokens, about 1.27·10²¹ tokens). Nothing was charged, and the
+    /// lifetime count did not move.
     #[error("throttler `{name}`: debt would reach {debt_tokens} tokens (max {max_tokens})")]
     DebtOverflow {
         /// Throttler name.
@@ -30,16 +32,6 @@ pub enum ThrottleError {
         debt_tokens: u128,
         /// The largest debt kept exact, in tokens.
         max_tokens: u128,
-    },
-    /// The lifetime count would overflow `u64`. Nothing was charged.
-    #[error("throttler `{name}`: lifetime count {count} + {amount} overflows u64")]
-    CountOverflow {
-        /// Throttler name.
-        name: String,
-        /// Count before the charge.
-        count: u64,
-        /// The rejected amount.
-        amount: u64,
     },
     /// A rate above the largest exactly representable one.
     #[error("max_speed {rate} tokens/s exceeds the largest supported rate {max}")]
