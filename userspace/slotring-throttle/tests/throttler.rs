@@ -397,7 +397,9 @@ fn the_lifetime_count_saturates_and_never_fails_an_unlimited_charge() {
     assert_eq!(t.throttle(10, UNLIMITED_BLOCK), Ok(false), "past 2^64");
     assert_eq!(t.count(), u64::MAX);
     assert_eq!(t.throttle(u64::MAX, UNLIMITED_BLOCK), Ok(false));
-    let r = t.reserve(u64::MAX, UNLIMITED_BLOCK, 0, false).unwrap();
+    let r = t
+        .reserve(u64::MAX, UNLIMITED_BLOCK, 0, Source::Device)
+        .unwrap();
     assert_eq!((r.delay_ns, r.blocked), (0, false));
     assert_eq!(t.count(), u64::MAX);
     assert_eq!(t.counters().amount, u64::MAX);
