@@ -223,6 +223,22 @@ impl PinnedMaps {
         Ok(self.owner()?.map_or(Liveness::Unknown, |o| o.liveness()))
     }
 
+    /// `Ok` unless the owner is provably gone ([`PinnedError::Stale`]): a
+    /// reader calls it after reading, so frozen counters of a killed
+    /// process are never shown as live.
+    pub fn check_live(&self) -> Result<(), PinnedError> {
+        let owner = self.owner()?;
+        let liveness = owner.map_or(Liveness::Unknown, |o| o.liveness());
+        if liveness.is_stale() {
+            return Err(PinnedError::Stale {
+                path: self.dir.clone(),
+                pid: owner.map_or(0, |o| o.pid),
+                liveness,
+            });
+        }
+        Ok(())
+    }
+
     /// Named throttlers (entries with an empty name are unused).
     pub fn throttlers(&self) -> Result<Vec<NamedThrottler>, PinnedError> {
         Ok(read_all::<ThrottleStats>(&self.dir, "throttle")?
