@@ -330,7 +330,7 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
 
     if attached {
         assert!(
-            pins.join("slots").exists(),
+            pins.join(pid.to_string()).join("slots").exists(),
             "probes attached but no pins at {}",
             pins.display()
         );
@@ -361,7 +361,9 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         let ex_body = wait_for_metrics(exporter.addr, "slotring_parked_oncpu_seconds_total");
         promtool_check_metrics(&ex_body);
         assert!(
-            ex_body.contains("slotring_throttler_bytes_total{throttler=\"local_read\"}"),
+            ex_body.contains(&format!(
+                "slotring_throttler_bytes_total{{slotring_instance=\"{pid}\",throttler=\"local_read\"}}"
+            )),
             "{ex_body}"
         );
         drop(exporter);
@@ -742,7 +744,10 @@ fn bad_settings_exit_2_naming_option_and_value() {
         .unwrap();
     assert_eq!(out.status.code(), Some(4));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("/nonexistent/slotring/"), "{err}");
+    assert!(
+        err.contains("no slotring instance under /nonexistent/slotring "),
+        "{err}"
+    );
     let out = Command::new(bin())
         .args(["verify", "--pid", "4000000000", "--window", "1s"])
         .output()
@@ -1293,6 +1298,7 @@ fn spawn_run(root: &Path, data: &Path, duration: &str) -> Served {
     spawn_served(
         Command::new(bin())
             .args(["run", "--duration", duration, "--file-size", "8MiB"])
+            .args(["--max-local-read-bandwidth", "4MiB"])
             .args(["--no-progress", "--listen", "127.0.0.1:0"])
             .arg("--dir")
             .arg(data)
@@ -1380,7 +1386,10 @@ fn after_kill_9_the_pins_read_as_stale_and_the_next_run_removes_them() {
     let out = next.finish(Duration::from_secs(60));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(matches!(out.status.code(), Some(0 | 3)), "{err}");
-    assert!(err.contains(&format!("removed stale pins {}", dir.display())), "{err}");
+    assert!(
+        err.contains(&format!("removed stale pins {}", dir.display())),
+        "{err}"
+    );
     assert!(!root.exists(), "left behind: {}", root.display());
 }
 
@@ -1391,10 +1400,12 @@ fn two_runs_keep_their_own_pins_and_top_says_when_one_is_gone() {
     }
     let data = data_dir();
     let root = pin_dir("two");
-    let first = spawn_run(&root, data.path(), "20s");
+    // A loaded machine takes seconds per bpftool dump of `lease`: the
+    // second run lasts long enough for the dashboard's first report.
+    let first = spawn_run(&root, data.path(), "60s");
     let first_pid = first.child.0.id();
     wait_for_pins(&root, first_pid);
-    let second = spawn_run(&root, data.path(), "2s");
+    let second = spawn_run(&root, data.path(), "10s");
     let second_pid = second.child.0.id();
     wait_for_pins(&root, second_pid);
 
@@ -1420,10 +1431,15 @@ fn two_runs_keep_their_own_pins_and_top_says_when_one_is_gone() {
         );
         assert_eq!(out.status.code(), Some(4), "{text}{err}");
         assert!(
-            err.contains(&format!("instance {second_pid} (process {second_pid}) is gone")),
+            err.contains(&format!(
+                "instance {second_pid} (process {second_pid}) is gone"
+            )),
             "{err}"
         );
-        assert!(text.contains("SLOTS  budget"), "it showed the instance: {text}");
+        assert!(
+            text.contains("SLOTS  budget"),
+            "it showed the instance: {text}"
+        );
         let negative = text
             .split_whitespace()
             .any(|w| w.starts_with('-') && w[1..].starts_with(|c: char| c.is_ascii_digit()));
@@ -1445,8 +1461,12 @@ fn two_runs_keep_their_own_pins_and_top_says_when_one_is_gone() {
         &["verify", "--pid", &first_pid.to_string(), "--window", "1s"],
         &root,
     );
+    // Observable: a verdict on its threads (UNVERIFIED, exit 4, only when
+    // none parked in the window), not "none of the threads belongs".
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        matches!(out.status.code(), Some(0 | 3)),
+        matches!(out.status.code(), Some(0 | 3))
+            || (out.status.code() == Some(4) && text.contains("verdict: UNVERIFIED")),
         "verify: {:?}\n{}{}",
         out.status.code(),
         String::from_utf8_lossy(&out.stdout),
@@ -1465,7 +1485,11 @@ fn a_pin_dir_planted_by_another_user_is_refused_and_untouched() {
         skip_unless_ci("needs setpriv (util-linux)");
         return;
     }
-    if std::fs::metadata("/sys/fs/bpf").map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o1777) .ok() != Some(0o1777) {
+    if std::fs::metadata("/sys/fs/bpf")
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o1777)
+        .ok()
+        != Some(0o1777)
+    {
         println!("skipping: /sys/fs/bpf is not writable by other users here");
         return;
     }
@@ -1474,7 +1498,13 @@ fn a_pin_dir_planted_by_another_user_is_refused_and_untouched() {
     let planted = pin_dir("planted");
     let link = pin_dir("link");
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
         .arg(format!(
             "mkdir -m 0777 {p} && mkdir {p}/lease && ln -s /sys/fs/bpf {l}",
             p = planted.display(),
@@ -1482,13 +1512,23 @@ fn a_pin_dir_planted_by_another_user_is_refused_and_untouched() {
         ))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for (root, why) in [(&planted, "owned by another user"), (&link, "a symbolic link")] {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (root, why) in [
+        (&planted, "owned by another user"),
+        (&link, "a symbolic link"),
+    ] {
         let before = std::fs::symlink_metadata(root).unwrap();
         let out = spawn_run(root, data.path(), "300ms").finish(Duration::from_secs(60));
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(matches!(out.status.code(), Some(0)), "{err}");
-        let said = format!("refusing pin directory {}: {why} (owner uid 65534, mode ", root.display());
+        let said = format!(
+            "refusing pin directory {}: {why} (owner uid 65534, mode ",
+            root.display()
+        );
         assert!(err.contains(&said), "no `{said}` in:\n{err}");
         let after = std::fs::symlink_metadata(root).unwrap();
         assert_eq!((after.mode(), after.uid()), (before.mode(), before.uid()));

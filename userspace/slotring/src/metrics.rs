@@ -340,8 +340,10 @@ impl SlotringCollector {
     /// Collect every instance pinned under `root` (see
     /// [`crate::pinned::instances`]), each series labelled
     /// [`INSTANCE_LABEL`]`="<directory name>"`. A stale instance (its
-    /// process is gone) reports only `slotring_probes_attached 0`.
-    /// `slotring_exporter_up` is 1 when the root could be listed.
+    /// process is gone) reports only `slotring_probes_attached 0`, as does
+    /// one whose maps cannot be read. `slotring_exporter_up` is 1 when at
+    /// least one instance could be read (0: no root, no instance, or no
+    /// permission).
     #[cfg(feature = "bpf")]
     pub fn pinned_instances(root: impl Into<std::path::PathBuf>) -> Self {
         Self {
@@ -411,11 +413,18 @@ impl prometheus::core::Collector for SlotringCollector {
                     return vec![gauge(name, help, 0.0)];
                 };
                 let mut out = Vec::new();
+                let mut read = false;
                 for inst in &list {
-                    let fams = pinned_families(&inst.maps).unwrap_or_else(|()| stale_families());
+                    let fams = match pinned_families(&inst.maps) {
+                        Ok(f) => {
+                            read = true;
+                            f
+                        }
+                        Err(()) => stale_families(),
+                    };
                     merge_labelled(&mut out, fams, INSTANCE_LABEL, &inst.name);
                 }
-                out.push(gauge(name, help, 1.0));
+                out.push(gauge(name, help, if read { 1.0 } else { 0.0 }));
                 out
             }
         }
