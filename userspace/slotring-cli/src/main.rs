@@ -8,7 +8,7 @@
 //! | --- | --- |
 //! | 0 | success (`verify`: verdict PASS) |
 //! | 1 | runtime error (message on stderr) |
-//! | 2 | bad command line, setting or config file (the message names the option and the value) |
+//! | 2 | bad command line, setting or config file (the message names the option and the value); several live instances under the pin root and no `--instance` |
 //! | 3 | the kernel verdict is FAIL: a parked thread used CPU |
 //! | 4 | nothing to read or verify: no pinned maps, stale pins of a process that is gone, no permission, or no probes (`verify`: UNVERIFIED) |
 //! | 130 | interrupted by Ctrl-C / SIGTERM (`run` still prints its report and cleans up) |
@@ -49,7 +49,7 @@ Examples:
   slotring verify --pid 1234 --window 10s         # kernel verdict on a running process
 
 Exit codes: 0 ok, 1 error, 2 bad option/setting, 3 verdict FAIL,
-4 nothing to read (no pins/permission/probes), 130 interrupted.";
+4 nothing to read (no pins, stale pins, no permission, no probes), 130 interrupted.";
 
 #[derive(Parser)]
 #[command(
