@@ -16,8 +16,9 @@
 #   -I  instance name (directory under the root; default: the only live one)
 #   -i  refresh interval in seconds (default 2)
 #   -n  stop after N refreshes (default: until Ctrl-C)
-# Exit status: 0 done, 2 bad usage or several live instances (choose with -I),
-# 4 nothing to watch (no live instance, no bpftool) or the instance is gone.
+# Exit status: 0 done, 1 bpftool failed on a live instance, 2 bad usage or
+# several live instances (choose with -I), 4 nothing to watch (no live
+# instance, no bpftool) or the instance is gone.
 # Needs root (or CAP_BPF and read access to the pins).
 set -eu
 
@@ -31,7 +32,7 @@ while getopts d:I:i:n:h opt; do
     I) NAME=$OPTARG ;;
     i) INTERVAL=$OPTARG ;;
     n) COUNT=$OPTARG ;;
-    *) sed -n '2,22p' "$0"; exit 2 ;;
+    *) sed -n '2,23p' "$0"; exit 2 ;;
   esac
 done
 
@@ -87,7 +88,7 @@ trap 'rm -rf "$TMP"' EXIT INT TERM
 # Throttle entries are named by their "name" field; unnamed entries dropped.
 # Fails (status 1) when the map cannot be dumped.
 flatten() {
-  bpftool map dump pinned "$DIR/$1" > "$TMP/raw" 2>/dev/null || return 1
+  bpftool map dump pinned "$DIR/$1" > "$TMP/raw" 2> "$TMP/err" || return 1
   awk -v map="$1" '
     function emit(f, v) { if (entry != "") print map, entry, f, v }
     /"key":/ { gsub(/[^0-9]/, "", $2); key = $2; entry = (map == "throttle") ? "" : key; next }
@@ -108,17 +109,27 @@ flatten() {
   ' "$TMP/raw"
 }
 
-# Dump every map into $1; fails when the instance is gone (its process
-# exited, or its pins were removed or replaced by another process).
+# Whether the watched instance is still there: its process runs and the
+# pins are still its own (not removed, not replaced by another process).
+present() {
+  # shellcheck disable=SC2086
+  alive $OWNER && [ "$(owner_of "$DIR")" = "$OWNER" ]
+}
+
+# Dump every map into $1. Exits saying so when the instance is gone; a dump
+# that fails while it is there is an error (bpftool's message, exit 1).
 snapshot() {
   out=$1
   : > "$out"
-  # shellcheck disable=SC2086
-  alive $OWNER || return 1
+  present || gone
   for m in throttle slots uring lease thread_acct; do
-    flatten "$m" >> "$out" || return 1
+    if ! flatten "$m" >> "$out"; then
+      present || gone
+      echo "slotring-top: bpftool could not dump $DIR/$m: $(cat "$TMP/err")" >&2
+      exit 1
+    fi
   done
-  [ "$(owner_of "$DIR")" = "$OWNER" ]
+  present || gone
 }
 
 report() {
@@ -162,11 +173,11 @@ report() {
     }' "$1" "$2"
 }
 
-snapshot "$TMP/prev" || gone
+snapshot "$TMP/prev"
 i=0
 while :; do
   sleep "$INTERVAL"
-  snapshot "$TMP/cur" || gone
+  snapshot "$TMP/cur"
   [ -t 1 ] && printf '\033[2J\033[H'
   report "$TMP/prev" "$TMP/cur"
   mv "$TMP/cur" "$TMP/prev"

@@ -343,13 +343,17 @@ fn clear(dir: &Dir) -> Result<(), BpfError> {
         source,
     };
     for name in dir.entries().map_err(|e| access("listing", e))? {
-        unlinkat(dir.fd.as_fd(), name.as_os_str(), UnlinkatFlags::NoRemoveDir).map_err(|e| {
-            BpfError::PinAccess {
-                what: "removing",
-                path: dir.path.join(&name),
-                source: e.into(),
+        match unlinkat(dir.fd.as_fd(), name.as_os_str(), UnlinkatFlags::NoRemoveDir) {
+            // Another load removing the same stale pins got there first.
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => {
+                return Err(BpfError::PinAccess {
+                    what: "removing",
+                    path: dir.path.join(&name),
+                    source: e.into(),
+                });
             }
-        })?;
+        }
     }
     Ok(())
 }
@@ -476,20 +480,16 @@ impl PinDirs {
             {
                 continue;
             }
-            clear(&dir)?;
-            match unlinkat(
-                root_dir.fd.as_fd(),
-                name.as_os_str(),
-                UnlinkatFlags::RemoveDir,
-            ) {
-                Ok(()) | Err(Errno::ENOENT) => removed_stale.push(dir.path),
-                Err(e) => {
-                    return Err(BpfError::PinAccess {
-                        what: "removing",
-                        path: dir.path,
-                        source: e.into(),
-                    });
-                }
+            // Best effort: another instance's leftovers never fail this load.
+            if clear(&dir).is_ok()
+                && unlinkat(
+                    root_dir.fd.as_fd(),
+                    name.as_os_str(),
+                    UnlinkatFlags::RemoveDir,
+                )
+                .is_ok()
+            {
+                removed_stale.push(dir.path);
             }
         }
         let mode = if group.is_some() { 0o750 } else { 0o700 };

@@ -334,6 +334,7 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
             "probes attached but no pins at {}",
             pins.display()
         );
+
         // `slotring verify --pid` on the running process.
         let out = Command::new(bin())
             .args(["verify", "--pid", &pid.to_string(), "--window", "1s"])
@@ -385,28 +386,6 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
             text.contains("local_read") && text.contains("slots: budget"),
             "{text}"
         );
-
-        // The bpftool dashboard.
-        if have("bpftool") {
-            let out = Command::new("sh")
-                .arg(deploy().join("bpftool/slotring-top.sh"))
-                .arg("-d")
-                .arg(&pins)
-                .args(["-n", "1", "-i", "1"])
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{text}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(text.contains("local_read"), "{text}");
-            assert!(text.contains("SLOTS  budget"), "{text}");
-            assert!(text.contains("KERNEL threads"), "{text}");
-        } else {
-            skip_unless_ci("the bpftool dashboard: bpftool not installed");
-        }
     }
 
     let out = child.finish(Duration::from_secs(120));
@@ -1449,8 +1428,27 @@ fn two_runs_keep_their_own_pins_and_top_says_when_one_is_gone() {
         skip_unless_ci("the bpftool dashboard: bpftool not installed");
     }
 
-    // The first instance is untouched and still observable.
+    // The first instance is untouched and still observable, by the
+    // dashboard too (the only live instance now).
     assert!(root.join(first_pid.to_string()).join("slots").exists());
+    if have("bpftool") {
+        let out = Command::new("sh")
+            .arg(deploy().join("bpftool/slotring-top.sh"))
+            .arg("-d")
+            .arg(&root)
+            .args(["-n", "1", "-i", "1"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("local_read"), "{text}");
+        assert!(text.contains("SLOTS  budget"), "{text}");
+        assert!(text.contains("KERNEL threads"), "{text}");
+    }
     let out = slotring(&["stats", "--interval", "200ms"], &root);
     assert!(
         out.status.success(),
