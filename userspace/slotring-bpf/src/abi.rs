@@ -294,6 +294,19 @@ abi_struct! {
     }
 }
 
+abi_struct! {
+    /// `struct owner`: the process that loaded and pinned an instance (the
+    /// single entry of the `owner` map), so that a reader can tell a live
+    /// instance from the stale pins of a killed one.
+    Owner = "owner" {
+        /// Process id (tgid) of the loader.
+        pid: u64,
+        /// Its start time: field 22 of `/proc/<pid>/stat`, clock ticks
+        /// after boot (distinguishes a reused pid).
+        start_time: u64,
+    }
+}
+
 /// `struct throttle_stats`: one named throttler's counters, a NUL-padded
 /// name followed by the fields of [`ThrottleCounters`].
 #[repr(C)]
@@ -527,6 +540,7 @@ mod round_trip {
             check::<LeaseClock>(&words);
             check::<ThreadAcct>(&words);
             check::<Hist>(&words);
+            check::<Owner>(&words);
             check::<ThrottleStats>(&words);
             check::<SlotsCounters>(&words);
             check::<UringCounters>(&words);

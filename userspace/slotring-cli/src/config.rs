@@ -179,7 +179,7 @@ pub struct RunConfig {
     // Spelled out for the same reason as `dir`: empty or `off` is `None`.
     #[arg(long, env = "SLOTRING_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:9464", value_parser = listen)]
     pub listen: std::option::Option<SocketAddr>,
-    /// where the BPF maps are pinned
+    /// pin root: the maps are pinned in <DIR>/<pid>/
     #[arg(long, env = "SLOTRING_PIN_DIR", value_name = "DIR", default_value = "/sys/fs/bpf/slotring", value_parser = pin_dir)]
     pub pin_dir: PathBuf,
     /// Do not attach the eBPF probes when permitted [setting probes, default true]

@@ -154,6 +154,12 @@ pub(super) fn probes(cfg: &RunConfig) -> Option<SlotringBpf> {
             SlotringBpf::degraded(e)
         }
     };
+    for dir in b.removed_stale() {
+        eprintln!(
+            "slotring: removed stale pins {} (their process is gone)",
+            dir.display()
+        );
+    }
     slotring::bpf::install_observer();
     Some(b)
 }
