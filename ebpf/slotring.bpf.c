@@ -97,10 +97,18 @@ struct {
 	__type(value, struct uring_stats);
 } uring SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct owner);
+} owner SEC(".maps");
+
 /* Keep the stats value types in BTF even though no program touches them. */
 struct throttle_stats _throttle_stats_btf = {};
 struct slots_stats _slots_stats_btf = {};
 struct uring_stats _uring_stats_btf = {};
+struct owner _owner_btf = {};
 
 #define P SLOTRING_LEASE_PARKED
 #define R SLOTRING_LEASE_RUNNING

@@ -136,6 +136,8 @@ struct slots_stats {
 	__u64 waiters;
 	__u64 parked;
 	__u64 borrowed;
+	__u64 budget_effective;
+	__u64 yields;
 };
 
 /* `uring` map (= slotring_uring::UringCounters). */
@@ -155,6 +157,19 @@ struct uring_stats {
 	__u64 short_reads;
 	__u64 sq_full;
 	__u64 cq_overflows;
+};
+
+/*
+ * `owner` map (one entry): the process that loaded and pinned this
+ * instance, written once by userspace right after loading. A reader tells
+ * a live instance from a stale one (left by kill -9) by comparing
+ * start_time with field 22 of /proc/<pid>/stat: a missing process or a
+ * different start time (pid reused) means the pins are stale. No program
+ * reads it.
+ */
+struct owner {
+	__u64 pid;        /* tgid of the loading process */
+	__u64 start_time; /* its start time, clock ticks after boot */
 };
 
 #endif /* __SLOTRING_H */

@@ -2,40 +2,94 @@
 # slotring-top: a terminal dashboard over `bpftool map dump pinned …`, for
 # hosts with nothing but bpftool (and a POSIX shell with awk).
 #
-# A process that embeds slotring with probes pins its maps under
-# /sys/fs/bpf/slotring/ (map name = metric name): throttle, slots, uring,
-# lease, thread_acct, hist_park_cpu, hist_unpark_rq. bpftool prints them
-# with field names (BTF); this script turns two dumps into rates.
+# A process that embeds slotring with probes pins its maps in its own
+# instance directory /sys/fs/bpf/slotring/<pid or name>/ (map name = metric
+# name): owner, throttle, slots, uring, lease, thread_acct, hist_park_cpu,
+# hist_unpark_rq. bpftool prints them with field names (BTF); this script
+# turns two dumps into rates. The `owner` map (pid and start time) tells a
+# live instance from the stale pins of a killed one: the script watches the
+# only live instance (or the one named with -I) and stops, saying so, when
+# that process is gone.
 #
-# Usage: slotring-top.sh [-d PIN_DIR] [-i SECONDS] [-n ITERATIONS]
-#   -d  pin directory (default /sys/fs/bpf/slotring)
+# Usage: slotring-top.sh [-d PIN_ROOT] [-I INSTANCE] [-i SECONDS] [-n ITERATIONS]
+#   -d  pin root (default /sys/fs/bpf/slotring), or one instance directory
+#   -I  instance name (directory under the root; default: the only live one)
 #   -i  refresh interval in seconds (default 2)
 #   -n  stop after N refreshes (default: until Ctrl-C)
+# Exit status: 0 done, 1 bpftool failed on a live instance, 2 bad usage or
+# several live instances (choose with -I), 4 nothing to watch (no live
+# instance, no bpftool) or the instance is gone.
 # Needs root (or CAP_BPF and read access to the pins).
 set -eu
 
-DIR=/sys/fs/bpf/slotring
+ROOT=/sys/fs/bpf/slotring
+NAME=
 INTERVAL=2
 COUNT=0
-while getopts d:i:n:h opt; do
+while getopts d:I:i:n:h opt; do
   case $opt in
-    d) DIR=$OPTARG ;;
+    d) ROOT=$OPTARG ;;
+    I) NAME=$OPTARG ;;
     i) INTERVAL=$OPTARG ;;
     n) COUNT=$OPTARG ;;
-    *) sed -n '2,16p' "$0"; exit 2 ;;
+    *) sed -n '2,23p' "$0"; exit 2 ;;
   esac
 done
 
 command -v bpftool >/dev/null 2>&1 || { echo "slotring-top: bpftool not found" >&2; exit 4; }
-[ -e "$DIR/slots" ] || { echo "slotring-top: no pinned slotring maps in $DIR" >&2; exit 4; }
+
+# "pid start_time" of the instance in $1 (empty when unreadable).
+owner_of() {
+  bpftool map dump pinned "$1/owner" 2>/dev/null |
+    awk '/"pid":/ { gsub(/[^0-9]/, "", $2); p = $2 } /"start_time":/ { gsub(/[^0-9]/, "", $2); t = $2 }
+         END { if (p != "") print p, t }'
+}
+
+# Whether "pid start_time" ($1 $2) is a running process: field 22 of
+# /proc/<pid>/stat (counted after the last ")" of the command name).
+alive() {
+  [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ] || return 1
+  now=$(sed 's/.*)//' "/proc/$1/stat" 2>/dev/null | awk '{ print $20 }')
+  [ "$now" = "${2:-}" ]
+}
+
+if [ -e "$ROOT/slots" ]; then
+  DIR=$ROOT
+elif [ -n "$NAME" ]; then
+  DIR=$ROOT/$NAME
+else
+  live=; stale=0
+  for d in "$ROOT"/*/; do
+    [ -d "$d" ] || continue
+    d=${d%/}
+    # shellcheck disable=SC2046
+    if alive $(owner_of "$d"); then live="$live ${d##*/}"; else stale=$((stale + 1)); fi
+  done
+  set -- $live
+  case $# in
+    0) echo "slotring-top: no live slotring instance under $ROOT ($stale stale)" >&2; exit 4 ;;
+    1) DIR=$ROOT/$1 ;;
+    *) echo "slotring-top: $# live instances under $ROOT:$live; choose one with -I" >&2; exit 2 ;;
+  esac
+fi
+OWNER=$(owner_of "$DIR")
+# shellcheck disable=SC2086
+alive $OWNER || { echo "slotring-top: no live slotring instance in $DIR${OWNER:+ (process ${OWNER%% *} is gone)}" >&2; exit 4; }
+
+gone() {
+  echo "slotring-top: instance ${DIR##*/} (process ${OWNER%% *}) is gone" >&2
+  exit 4
+}
 
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT INT TERM
 
 # Flatten one map dump into lines "map entry field value" (arrays: field[i]).
 # Throttle entries are named by their "name" field; unnamed entries dropped.
+# Fails (status 1) when the map cannot be dumped.
 flatten() {
-  bpftool map dump pinned "$DIR/$1" | awk -v map="$1" '
+  bpftool map dump pinned "$DIR/$1" > "$TMP/raw" 2> "$TMP/err" || return 1
+  awk -v map="$1" '
     function emit(f, v) { if (entry != "") print map, entry, f, v }
     /"key":/ { gsub(/[^0-9]/, "", $2); key = $2; entry = (map == "throttle") ? "" : key; next }
     /"name":/ { v = $2; gsub(/[",]/, "", v); entry = (v == "") ? "" : v; next }
@@ -52,15 +106,30 @@ flatten() {
       next
     }
     /^ *"[a-z_]+": [0-9]+/ { f = $1; gsub(/[":]/, "", f); v = $2; gsub(/,/, "", v); emit(f, v) }
-  '
+  ' "$TMP/raw"
 }
 
+# Whether the watched instance is still there: its process runs and the
+# pins are still its own (not removed, not replaced by another process).
+present() {
+  # shellcheck disable=SC2086
+  alive $OWNER && [ "$(owner_of "$DIR")" = "$OWNER" ]
+}
+
+# Dump every map into $1. Exits saying so when the instance is gone; a dump
+# that fails while it is there is an error (bpftool's message, exit 1).
 snapshot() {
   out=$1
   : > "$out"
+  present || gone
   for m in throttle slots uring lease thread_acct; do
-    flatten "$m" >> "$out"
+    if ! flatten "$m" >> "$out"; then
+      present || gone
+      echo "slotring-top: bpftool could not dump $DIR/$m: $(cat "$TMP/err")" >&2
+      exit 1
+    fi
   done
+  present || gone
 }
 
 report() {
@@ -92,9 +161,12 @@ report() {
       parked = 0; oncpu = 0; runq = 0; threads = 0
       for (k in cur) {
         split(k, p, " ")
-        if (p[1] == "lease" && p[3] == "state_ns[2]") { parked += cur[k] - prev[k]; if (cur["lease " p[2] " tid"] > 0) threads++ }
-        if (p[1] == "thread_acct" && p[3] == "on_cpu_ns[2]") oncpu += cur[k] - prev[k]
-        if (p[1] == "thread_acct" && p[3] == "runq_ns[2]") runq += cur[k] - prev[k]
+        # A slot taken over by a new thread restarts its totals: count
+        # only slots whose thread stayed.
+        same = (cur[p[1] " " p[2] " tid"] == prev[p[1] " " p[2] " tid"])
+        if (p[1] == "lease" && p[3] == "state_ns[2]") { if (same) parked += cur[k] - prev[k]; if (cur["lease " p[2] " tid"] > 0) threads++ }
+        if (p[1] == "thread_acct" && p[3] == "on_cpu_ns[2]" && same) oncpu += cur[k] - prev[k]
+        if (p[1] == "thread_acct" && p[3] == "runq_ns[2]" && same) runq += cur[k] - prev[k]
       }
       printf "\nKERNEL threads %d  parked %.2f thread-s/s  on-CPU while parked %.3f ms/s (%.4f%%)  run queue while parked %.3f ms/s\n",
         threads, parked / 1e9 / dt, oncpu / 1e6 / dt, (parked > 0 ? 100 * oncpu / parked : 0), runq / 1e6 / dt

@@ -86,7 +86,7 @@ pub(crate) const PACKAGES: &[Package] = &[
     pkg(
         "stress-ng",
         Some("stress-ng"),
-        "CPU and IO interference in the benchmarks",
+        "CPU and IO interference in the benchmarks; the CPU hog of the adaptive budget's kernel test",
     ),
 ];
 

@@ -7,10 +7,12 @@ use anyhow::Result;
 /// `suite -> (package, bench target)`.
 pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("throttle", ("slotring-throttle", "throttle")),
+    ("fair", ("slotring-throttle", "fair")),
     ("slots", ("slotring-slots", "slots")),
     ("uring", ("slotring-uring", "uring")),
     ("bpf", ("slotring-bpf", "bpf")),
     ("e2e", ("slotring-cli", "e2e")),
+    ("adaptive", ("slotring-cli", "adaptive")),
 ];
 
 /// `(package, integration test)` pairs run with `--cfg loom`.

@@ -118,16 +118,55 @@ pub enum BpfError {
         /// The pin directory.
         path: PathBuf,
     },
-    /// Creating the pin directory or setting the owner or mode of a pin
-    /// directory or pinned file failed.
+    /// A step on a pin directory or pinned file (creating, opening,
+    /// listing, removing, chown, chmod) failed.
     #[error("{what} {path} failed")]
     PinAccess {
-        /// The step: `creating`, `chown of` or `chmod of`.
+        /// The step, e.g. `creating`, `chown of` or `chmod of`.
         what: &'static str,
         /// The path.
         path: PathBuf,
         /// The OS error.
         source: std::io::Error,
+    },
+    /// An existing pin directory (or an ancestor) fails the ownership
+    /// checks: it is neither used nor changed.
+    #[error(
+        "refusing pin directory {path}: {reason} (owner uid {owner}, mode {mode:04o}); remove it or choose another pin directory"
+    )]
+    UnsafePinDir {
+        /// The refused directory (or link or file).
+        path: PathBuf,
+        /// Its owner uid.
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// Why it is refused, e.g. `owned by another user`.
+        reason: &'static str,
+    },
+    /// The pin root is not a usable path.
+    #[error("pin directory {path} {reason}")]
+    BadPinDir {
+        /// The path.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// An instance name that is not one plain path component.
+    #[error("instance name {name:?} is not 1 to 64 of [A-Za-z0-9._-] (and not `.` or `..`)")]
+    BadInstanceName {
+        /// The name.
+        name: String,
+    },
+    /// The instance directory holds pins that are not provably stale.
+    #[error(
+        "pin directory {path} is in use: its owner is {liveness}; choose another instance name"
+    )]
+    InstanceInUse {
+        /// The instance directory.
+        path: PathBuf,
+        /// What its owner record says.
+        liveness: crate::pins::Liveness,
     },
     /// Pinning a map or program failed.
     #[error("pinning {path} failed")]

@@ -18,15 +18,20 @@
 //!   [`SlotringBpf::publish_uring`]: stores into map memory, no syscalls;
 //!   `bpftool map dump pinned /sys/fs/bpf/slotring/<map>` prints them with
 //!   field names.
+//! * [`AdaptiveBudget`] closes the loop: the run-queue share of running
+//!   leases ([`RunqProbe`]) sizes the slot budget through
+//!   `slotring_slots::BudgetController`.
 //! * [`SlotringBpf::verify`] turns the kernel's accounting into a
 //!   [`VerificationReport`] with a [`Verdict`].
 
 #![deny(unsafe_code)]
 
 pub mod abi;
+mod budget;
 mod error;
 mod lease;
 mod loader;
+pub mod pins;
 #[allow(
     unsafe_code,
     reason = "the BPF boundary: mmap of map memory and views into it; every block has a SAFETY comment"
@@ -34,8 +39,13 @@ mod loader;
 mod region;
 mod verify;
 
-pub use abi::{AbiStruct, FieldLayout, Hist, LeaseClock, LeaseSlot, ThreadAcct, ThrottleStats};
+pub use abi::{
+    AbiStruct, FieldLayout, Hist, LeaseClock, LeaseSlot, Owner, ThreadAcct, ThrottleStats,
+};
+pub use budget::{AdaptiveBudget, BudgetPoint, RunqProbe};
 pub use error::BpfError;
 pub use lease::{LEASE_MIRROR, LeaseMirror, install_observer, monotonic_ns};
-pub use loader::{AttachMode, BpfConfig, NamedId, OBJECT, ProbeStatus, ProgStats, SlotringBpf};
+pub use loader::{
+    AttachMode, BpfConfig, DEFAULT_PIN_ROOT, NamedId, OBJECT, ProbeStatus, ProgStats, SlotringBpf,
+};
 pub use verify::{ThreadReport, Verdict, VerificationReport, VerifyConfig};

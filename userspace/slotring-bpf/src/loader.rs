@@ -3,14 +3,11 @@
 //! Every kernel step goes through aya; the only raw syscalls of this crate
 //! are the mmaps in `region.rs` and the bpffs mount here.
 
-use std::fs;
 use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
-use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError};
-use aya::pin::PinError;
+use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData, MapError};
 use aya::programs::{BtfTracePoint, ProgramError, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfError, EbpfLoader};
 
@@ -19,10 +16,12 @@ use slotring_slots::SlotsCounters;
 use slotring_uring::UringCounters;
 
 use crate::abi::{
-    AbiStruct, HIST_SLOTS, Hist, LeaseSlot, MAX_THREADS, MAX_THROTTLERS, ThreadAcct, ThrottleStats,
+    AbiStruct, HIST_SLOTS, Hist, LeaseSlot, MAX_THREADS, MAX_THROTTLERS, Owner, ThreadAcct,
+    ThrottleStats,
 };
 use crate::error::is_perm;
 use crate::lease::{self, Shared};
+use crate::pins::{OWNER_MAP, PinDirs};
 use crate::region::Region;
 
 #[repr(C, align(32))]
@@ -57,7 +56,7 @@ const PROGRAMS: &[(&str, &str, &str)] = &[
     ("wakeup_new_btf", "wakeup_new_raw", "sched_wakeup_new"),
 ];
 
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+pub(crate) const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 /// A program or map name with its kernel id.
 pub type NamedId = (String, u32);
@@ -94,8 +93,15 @@ pub enum ProbeStatus<'a> {
 /// Loader configuration.
 #[derive(Debug, Clone)]
 pub struct BpfConfig {
-    /// Pin directory (created; default `/sys/fs/bpf/slotring`).
+    /// Pin root (default `/sys/fs/bpf/slotring`): the instance pins in
+    /// `<pin_dir>/<instance>/`. Both are created when missing (and removed
+    /// when empty on drop); existing ones must be owned by this user and
+    /// not writable by others, with no symbolic link on the way (see
+    /// [`crate::pins`]).
     pub pin_dir: PathBuf,
+    /// Instance name: the directory under `pin_dir` (default: this
+    /// process's id). Taken over only when empty or provably stale.
+    pub instance: Option<String>,
     /// Keep the pins after drop (default: removed).
     pub keep_pins: bool,
     /// Group allowed to read the pins (mode 0640/0750); `None`: 0600/0700.
@@ -115,7 +121,8 @@ pub struct BpfConfig {
 impl Default for BpfConfig {
     fn default() -> Self {
         Self {
-            pin_dir: PathBuf::from("/sys/fs/bpf/slotring"),
+            pin_dir: PathBuf::from(DEFAULT_PIN_ROOT),
+            instance: None,
             keep_pins: false,
             pin_group: None,
             target_tgid: std::process::id(),
@@ -125,12 +132,24 @@ impl Default for BpfConfig {
     }
 }
 
+/// The default pin root.
+pub const DEFAULT_PIN_ROOT: &str = "/sys/fs/bpf/slotring";
+
+impl BpfConfig {
+    /// The instance directory name: `instance`, or this process's id.
+    pub fn instance_name(&self) -> String {
+        self.instance
+            .clone()
+            .unwrap_or_else(|| std::process::id().to_string())
+    }
+}
+
 struct Kernel {
     ebpf: Ebpf,
     mode: AttachMode,
     dir: PathBuf,
     /// Removes the pins (unless kept) when the instance drops.
-    pins: PinGuard,
+    pins: PinDirs,
 }
 
 /// A loaded (or degraded) instance. Dropping it detaches the probes, removes
@@ -138,9 +157,9 @@ struct Kernel {
 ///
 /// Threads register with the most recently created instance (at their first
 /// lease report or [`SlotringBpf::register_current_thread`]); once it drops,
-/// their reports are ignored until another instance is created. One
-/// instance per pin directory: pins left there by a kept instance are
-/// replaced.
+/// their reports are ignored until another instance is created. Each
+/// instance pins in its own directory `<pin_dir>/<instance>/` and refuses
+/// one that holds the pins of a live (or unjudgeable) owner.
 pub struct SlotringBpf {
     pub(crate) shared: &'static Shared,
     pub(crate) hist_park: Region,
@@ -193,18 +212,6 @@ fn map_missing(name: &str) -> BpfError {
         kind: "map",
         name: name.to_owned(),
     }
-}
-
-/// `map_err` for a step (`what`) on a pin directory or pinned file.
-fn access_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BpfError {
-    let path = path.to_owned();
-    move |source| BpfError::PinAccess { what, path, source }
-}
-
-/// `map_err` for pinning at `path`.
-fn pin_err(path: &Path) -> impl FnOnce(PinError) -> BpfError {
-    let path = path.to_owned();
-    move |source| BpfError::Pin { path, source }
 }
 
 fn prog_err(program: &str, tracepoint: &str, e: ProgramError, attaching: bool) -> BpfError {
@@ -300,8 +307,9 @@ fn is_bpffs(p: &Path) -> bool {
     nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type().0 == BPF_FS_MAGIC)
 }
 
-/// Make sure `dir`'s filesystem is bpffs, mounting it on `/sys/fs/bpf` if
-/// that is where `dir` lives and nothing is mounted there yet.
+/// Mount bpffs on `/sys/fs/bpf` if that is where `dir` lives and nothing is
+/// mounted there yet (whether the opened directory is on bpffs is checked
+/// on its descriptor).
 fn ensure_bpffs(dir: &Path) -> Result<(), BpfError> {
     let root = Path::new("/sys/fs/bpf");
     if dir.starts_with(root) && !is_bpffs(root) {
@@ -317,117 +325,67 @@ fn ensure_bpffs(dir: &Path) -> Result<(), BpfError> {
             source,
         })?;
     }
-    let mut probe = dir.to_path_buf();
-    while !probe.exists() {
-        if !probe.pop() {
-            break;
-        }
-    }
-    if !is_bpffs(&probe) {
-        return Err(BpfError::NotBpffs {
-            path: dir.to_owned(),
-        });
-    }
     Ok(())
 }
 
-/// Pins and directories created by one load, removed on drop unless kept:
-/// a load that fails after pinning leaves nothing behind (a pinned program
-/// would keep its maps alive).
-#[derive(Debug, Default)]
-struct PinGuard {
-    /// Pinned files, in creation order.
-    pins: Vec<PathBuf>,
-    /// Directories this load created, outermost first.
-    created_dirs: Vec<PathBuf>,
-    /// Keep everything on drop.
-    keep: bool,
-}
-
-impl PinGuard {
-    /// Create `dir` and its missing ancestors, remembering which were made.
-    fn create_dir(&mut self, dir: &Path) -> std::io::Result<()> {
-        let mut missing = Vec::new();
-        let mut p = dir;
-        while !p.exists() {
-            missing.push(p.to_path_buf());
-            match p.parent() {
-                Some(parent) => p = parent,
-                None => break,
-            }
-        }
-        missing.reverse();
-        for d in missing {
-            match fs::create_dir(&d) {
-                Ok(()) => self.created_dirs.push(d),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
+/// Write this process into the `owner` map, then pin it and every map and
+/// attached program in this instance's directory (see [`crate::pins`]). On
+/// error the returned directories are dropped, removing what this call
+/// pinned and created.
+fn pin_all(ebpf: &mut Ebpf, cfg: &BpfConfig, mode: AttachMode) -> Result<PinDirs, BpfError> {
+    ensure_bpffs(&cfg.pin_dir)?;
+    let instance = cfg.instance_name();
+    let mut dirs = PinDirs::open(&cfg.pin_dir, &instance, cfg.pin_group)?;
+    if !dirs.is_bpffs() {
+        return Err(BpfError::NotBpffs {
+            path: dirs.path().to_owned(),
+        });
     }
-}
-
-impl Drop for PinGuard {
-    fn drop(&mut self) {
-        if self.keep {
-            return;
-        }
-        for p in self.pins.iter().rev() {
-            let _ = fs::remove_file(p);
-        }
-        for d in self.created_dirs.iter().rev() {
-            let _ = fs::remove_dir(d);
-        }
+    let owner = Owner::current().map_err(|source| BpfError::PinAccess {
+        what: "reading the start time of this process from",
+        path: PathBuf::from("/proc/self/stat"),
+        source,
+    })?;
+    {
+        let map = ebpf
+            .map_mut(OWNER_MAP)
+            .ok_or_else(|| map_missing(OWNER_MAP))?;
+        let map_err = |source| BpfError::Map {
+            what: format!("writing pid {} into map `{OWNER_MAP}`", owner.pid),
+            source: Box::new(source),
+        };
+        let mut array: Array<&mut MapData, [u64; Owner::WORDS]> =
+            Array::try_from(map).map_err(map_err)?;
+        let words: [u64; Owner::WORDS] = owner
+            .to_words()
+            .try_into()
+            .expect("an owner is WORDS words");
+        array.set(0, words, 0).map_err(map_err)?;
     }
-}
-
-/// Pin every map and the attached programs under `cfg.pin_dir`. On error
-/// the guard is dropped, removing what this call pinned and created.
-fn pin_all(ebpf: &mut Ebpf, cfg: &BpfConfig, mode: AttachMode) -> Result<PinGuard, BpfError> {
-    let dir = &cfg.pin_dir;
-    ensure_bpffs(dir)?;
-    let mut guard = PinGuard::default();
-    guard.create_dir(dir).map_err(access_err("creating", dir))?;
-    let (dmode, fmode) = if cfg.pin_group.is_some() {
-        (0o750, 0o640)
-    } else {
-        (0o700, 0o600)
-    };
-    if let Some(g) = cfg.pin_group {
-        nix::unistd::chown(dir, None, Some(nix::unistd::Gid::from_raw(g)))
-            .map_err(|e| access_err("chown of", dir)(e.into()))?;
-    }
-    fs::set_permissions(dir, fs::Permissions::from_mode(dmode))
-        .map_err(access_err("chmod of", dir))?;
-    let finish = |path: &Path| -> Result<(), BpfError> {
-        if let Some(g) = cfg.pin_group {
-            nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(g)))
-                .map_err(|e| access_err("chown of", path)(e.into()))?;
-        }
-        fs::set_permissions(path, fs::Permissions::from_mode(fmode))
-            .map_err(access_err("chmod of", path))
-    };
-    for name in PINNED_MAPS {
-        let path = dir.join(name);
-        let _ = fs::remove_file(&path); // a previous instance's kept pin
+    let group = cfg.pin_group;
+    // The owner first: a directory without it is never judged stale.
+    for name in std::iter::once(OWNER_MAP).chain(PINNED_MAPS.iter().copied()) {
         let map = ebpf.map(name).ok_or_else(|| map_missing(name))?;
-        map.pin(&path).map_err(pin_err(&path))?;
-        guard.pins.push(path.clone());
-        finish(&path)?;
+        dirs.pin(
+            name,
+            group,
+            |p| map.pin(p),
+            |path, source| BpfError::Pin { path, source },
+        )?;
     }
     for (b, r, _) in PROGRAMS {
         let name = if mode == AttachMode::TpBtf { *b } else { *r };
-        let path = dir.join(format!("prog_{name}"));
-        let _ = fs::remove_file(&path);
         let prog = ebpf
             .program_mut(name)
             .ok_or_else(|| program_missing(name))?;
-        prog.pin(&path).map_err(pin_err(&path))?;
-        guard.pins.push(path.clone());
-        finish(&path)?;
+        dirs.pin(
+            &format!("prog_{name}"),
+            group,
+            |p| prog.pin(p),
+            |path, source| BpfError::Pin { path, source },
+        )?;
     }
-    Ok(guard)
+    Ok(dirs)
 }
 
 static DEGRADED_ONCE: Once = Once::new();
@@ -485,7 +443,7 @@ impl SlotringBpf {
             kernel: Some(Kernel {
                 ebpf,
                 mode,
-                dir: cfg.pin_dir.clone(),
+                dir: pins.path().to_owned(),
                 pins,
             }),
             degraded: None,
@@ -577,7 +535,12 @@ impl SlotringBpf {
         self.kernel.is_some() && self.shared.lease.is_mapped()
     }
 
-    /// The pin directory and pinned files (empty when degraded).
+    /// Stale instance directories (of dead owners) this load removed.
+    pub fn removed_stale(&self) -> &[PathBuf] {
+        self.kernel.as_ref().map_or(&[], |k| &k.pins.removed_stale)
+    }
+
+    /// The instance's pin directory and pinned files (empty when degraded).
     pub fn pins(&self) -> (Option<&Path>, &[PathBuf]) {
         match &self.kernel {
             Some(k) => (Some(&k.dir), &k.pins.pins),
@@ -738,46 +701,6 @@ impl Drop for SlotringBpf {
 
 #[cfg(test)]
 mod tests {
-    use super::PinGuard;
-
-    #[test]
-    fn pin_guard_removes_its_pins_and_the_dirs_it_created() {
-        let base = tempfile::tempdir().unwrap();
-        let dir = base.path().join("a/b/c");
-        let mut g = PinGuard::default();
-        g.create_dir(&dir).unwrap();
-        assert_eq!(
-            g.created_dirs,
-            vec![base.path().join("a"), base.path().join("a/b"), dir.clone()]
-        );
-        for n in ["x", "y"] {
-            std::fs::write(dir.join(n), b"").unwrap();
-            g.pins.push(dir.join(n));
-        }
-        drop(g);
-        assert!(!base.path().join("a").exists());
-        assert!(base.path().exists());
-
-        // An existing directory and foreign files in it stay.
-        let keep = base.path().join("kept");
-        std::fs::create_dir(&keep).unwrap();
-        std::fs::write(keep.join("foreign"), b"").unwrap();
-        let mut g = PinGuard::default();
-        g.create_dir(&keep).unwrap();
-        assert!(g.created_dirs.is_empty());
-        std::fs::write(keep.join("pin"), b"").unwrap();
-        g.pins.push(keep.join("pin"));
-        drop(g);
-        assert!(keep.join("foreign").exists() && !keep.join("pin").exists());
-
-        // `keep` leaves everything.
-        let mut g = PinGuard::default();
-        g.create_dir(&dir).unwrap();
-        g.keep = true;
-        drop(g);
-        assert!(dir.exists());
-    }
-
     #[test]
     fn instance_is_send_and_sync() {
         fn check<T: Send + Sync>() {}

@@ -463,35 +463,198 @@ fn no_pins_or_fds_left_after_drop() {
     }
 }
 
+/// Run `sh -c script` as nobody (uid/gid 65534, no groups).
+fn as_nobody(script: &str) {
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+            script,
+        ])
+        .output()
+        .expect("setpriv (util-linux) runs");
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `/sys/fs/bpf` writable by everyone (sticky), as on this machine: the
+/// setting in which another user can plant a pin directory.
+fn bpffs_world_writable() -> bool {
+    std::fs::metadata("/sys/fs/bpf").is_ok_and(|m| m.permissions().mode() & 0o1777 == 0o1777)
+}
+
+fn snapshot_of(p: &Path) -> (u32, u32, Vec<std::ffi::OsString>) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(p).unwrap();
+    let mut names: Vec<_> = if m.is_dir() {
+        std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    names.sort();
+    (m.uid(), m.mode(), names)
+}
+
 #[test]
-fn failed_pinning_leaves_no_pins_behind() {
+fn hostile_pin_dirs_of_another_user_are_refused_and_untouched() {
     let _g = serial();
-    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
-        eprintln!("SKIP failed_pinning_leaves_no_pins_behind: kernel has no BTF");
+    if !bpffs_world_writable() {
+        eprintln!("SKIP: /sys/fs/bpf is not writable by other users here");
         return;
     }
-    // The last pin's name is taken by a directory: every map and the first
-    // programs are pinned before the load fails.
-    let dir = pin_dir("pinfail");
-    let blocker = dir.join("prog_wakeup_new_btf");
-    std::fs::create_dir_all(&blocker).unwrap();
-    let before = bpf_fds();
+    let planted = pin_dir("hostile");
+    let link = pin_dir("hostile-link");
+    let above = pin_dir("hostile-above");
+    as_nobody(&format!(
+        "mkdir -m 0777 {p} && mkdir {p}/lease && ln -s /sys/fs/bpf {l} && mkdir -m 0755 {a}",
+        p = planted.display(),
+        l = link.display(),
+        a = above.display()
+    ));
+    let bpffs_before = snapshot_of(Path::new("/sys/fs/bpf")).1;
+    let fds = bpf_fds();
+    let cases = [
+        (planted.clone(), planted.clone(), "owned by another user"),
+        (link.clone(), link.clone(), "a symbolic link"),
+        (
+            above.join("sub"),
+            above.clone(),
+            "an ancestor owned by another user",
+        ),
+    ];
+    for (root, refused, why) in cases {
+        let before = snapshot_of(&refused);
+        let err = SlotringBpf::load(BpfConfig {
+            pin_dir: root.clone(),
+            instance: Some(format!("hostile-{}", std::process::id())),
+            ..BpfConfig::default()
+        })
+        .expect_err("refused");
+        let BpfError::UnsafePinDir {
+            path,
+            owner,
+            reason,
+            ..
+        } = &err
+        else {
+            panic!("{root:?}: {err:?}");
+        };
+        assert_eq!((path, *owner, *reason), (&refused, 65534, why), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&refused.display().to_string())
+                && msg.contains("owner uid 65534")
+                && msg.contains("mode 0"),
+            "{msg}"
+        );
+        assert_eq!(snapshot_of(&refused), before, "{refused:?} untouched");
+        assert_eq!(bpf_fds(), fds, "every BPF fd closed");
+    }
+    assert_eq!(
+        snapshot_of(Path::new("/sys/fs/bpf")).1,
+        bpffs_before,
+        "/sys/fs/bpf mode"
+    );
+    assert!(
+        !Path::new(&format!("/sys/fs/bpf/hostile-{}", std::process::id())).exists(),
+        "nothing pinned through the link"
+    );
+    std::fs::remove_dir_all(&planted).unwrap();
+    std::fs::remove_file(&link).unwrap();
+    std::fs::remove_dir_all(&above).unwrap();
+}
+
+#[test]
+fn a_second_load_of_the_same_instance_is_refused_and_others_keep_their_pins() {
+    let _g = serial();
+    let Some(first) = load("twice", |_| {}) else {
+        return;
+    };
+    let dir = first.pins().0.unwrap().to_owned();
+    first.publish_slots(&SlotsCounters {
+        waiters: 7,
+        ..SlotsCounters::default()
+    });
+    // The same root and (default) instance name: the first is alive.
     let err = SlotringBpf::load(BpfConfig {
-        pin_dir: dir.clone(),
+        pin_dir: pin_dir("twice"),
         ..BpfConfig::default()
     })
-    .expect_err("the pin name is taken");
-    assert!(
-        matches!(&err, BpfError::Pin { path, .. } if path == &blocker),
-        "{err:?}"
+    .expect_err("the first instance is live");
+    assert!(matches!(err, BpfError::InstanceInUse { .. }), "{err:?}");
+    assert_eq!(
+        formatted(&bpftool_dump(&dir.join("slots")), 0)["waiters"],
+        7
     );
-    let left: Vec<_> = std::fs::read_dir(&dir)
+    // Another instance name in the same root: its own directory; dropping
+    // it leaves the first's pins.
+    let Some(second) = load("twice", |c| c.instance = Some("second".into())) else {
+        return;
+    };
+    let dir2 = second.pins().0.unwrap().to_owned();
+    assert_eq!(dir2, pin_dir("twice").join("second"));
+    assert_ne!(dir, dir2);
+    drop(second);
+    assert!(!dir2.exists());
+    assert_eq!(
+        formatted(&bpftool_dump(&dir.join("slots")), 0)["waiters"],
+        7
+    );
+    let names: Vec<_> = slotring_bpf::pins::instances(&pin_dir("twice"))
         .unwrap()
-        .map(|e| e.unwrap().file_name())
+        .into_iter()
+        .map(|i| (i.name, i.liveness))
         .collect();
-    assert_eq!(left, vec![std::ffi::OsString::from("prog_wakeup_new_btf")]);
-    assert_eq!(bpf_fds(), before, "every BPF fd closed");
-    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        names,
+        vec![(
+            std::process::id().to_string(),
+            slotring_bpf::pins::Liveness::Live
+        )]
+    );
+    drop(first);
+    assert!(!pin_dir("twice").exists(), "no empty root left");
+}
+
+#[test]
+fn stale_pins_of_a_dead_process_are_seen_and_removed_by_the_next_load() {
+    let _g = serial();
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        eprintln!("SKIP: kernel has no BTF");
+        return;
+    }
+    let root = pin_dir("stale");
+    let out = Command::new(env!("CARGO_BIN_EXE_slotring-bpf-report"))
+        .arg("--pin-dir")
+        .arg(&root)
+        .args(["--park-ms", "1", "--keep-pins"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dead: Vec<_> = slotring_bpf::pins::instances(&root).unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].liveness, slotring_bpf::pins::Liveness::Gone);
+    assert!(dead[0].path.join("slots").exists());
+    let Some(bpf) = load("stale", |_| {}) else {
+        return;
+    };
+    assert_eq!(bpf.removed_stale(), [dead[0].path.clone()]);
+    assert!(!dead[0].path.exists());
+    drop(bpf);
+    assert!(!root.exists(), "no empty pin directory left behind");
 }
 
 #[test]
@@ -508,7 +671,7 @@ fn keep_pins_survive_drop() {
     drop(bpf);
     let v = bpftool_dump(&dir.join("slots"));
     assert_eq!(formatted(&v, 0)["waiters"], 42);
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(pin_dir("keep")).unwrap();
 }
 
 #[test]
@@ -615,11 +778,12 @@ fn abi_matches_btf_of_the_object() {
             );
         }
     };
-    use slotring_bpf::{Hist, LeaseClock, LeaseSlot, ThreadAcct};
+    use slotring_bpf::{Hist, LeaseClock, LeaseSlot, Owner, ThreadAcct};
     check("lease_clock", size_of::<LeaseClock>(), LeaseClock::layout());
     check("lease_slot", size_of::<LeaseSlot>(), LeaseSlot::layout());
     check("thread_acct", size_of::<ThreadAcct>(), ThreadAcct::layout());
     check("hist", size_of::<Hist>(), Hist::layout());
+    check("owner", size_of::<Owner>(), Owner::layout());
     check(
         "throttle_stats",
         size_of::<ThrottleStats>(),

@@ -8,9 +8,9 @@
 //! | --- | --- |
 //! | 0 | success (`verify`: verdict PASS) |
 //! | 1 | runtime error, message on stderr (`run`: also a plot that cannot be written or data file reads that failed or came back short, after the report) |
-//! | 2 | bad command line, setting, `SLOTRING_` variable or config file, a non-loopback `--listen` without `--allow-remote`, an unwritable `--plot` (the message names the option or variable and the value; nothing ran) |
+//! | 2 | bad command line, setting, `SLOTRING_` variable or config file, a non-loopback `--listen` without `--allow-remote`, an unwritable `--plot` (the message names the option or variable and the value; nothing ran); several live instances under the pin root and no `--instance` |
 //! | 3 | the kernel verdict is FAIL: a parked thread used CPU |
-//! | 4 | nothing to read or verify: no pinned maps, no permission, or no probes (`verify`: UNVERIFIED) |
+//! | 4 | nothing to read or verify: no pinned maps, stale pins of a process that is gone, no permission, or no probes (`verify`: UNVERIFIED) |
 //! | 130 | interrupted by Ctrl-C / SIGTERM (`run` still prints its report and cleans up; a second one exits at once, still removing the data file and the pins) |
 
 use std::io::Write as _;
@@ -25,7 +25,7 @@ use anyhow::{Context, Result};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nix::sys::signal::{SigSet, Signal};
 use slotring::metrics::SlotringCollector;
-use slotring::pinned::{DEFAULT_PIN_DIR, PinnedError, PinnedMaps, ThreadState};
+use slotring::pinned::{self, DEFAULT_PIN_DIR, PinnedError, PinnedMaps, ThreadState};
 use slotring_cli::config::{self, ConfigError, ConfigFile, RunConfig};
 use slotring_cli::http::{DEFAULT_LISTEN, MetricsServer, render_registry};
 use slotring_cli::report::KernelVerdict;
@@ -49,7 +49,7 @@ Examples:
   slotring verify --pid 1234 --window 10s         # kernel verdict on a running process
 
 Exit codes: 0 ok, 1 error, 2 bad option/setting, 3 verdict FAIL,
-4 nothing to read (no pins/permission/probes), 130 interrupted.";
+4 nothing to read (no pins, stale pins, no permission, no probes), 130 interrupted.";
 
 #[derive(Parser)]
 #[command(
@@ -72,7 +72,7 @@ enum Cmd {
         after_help = "Every setting can also come from the TOML file (--config, key = setting name) or the \
                       environment (SLOTRING_<NAME>); precedence: command line > environment > file > default."
     )]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     #[command(
         about = "Print the pinned maps of a process using slotring (like bpftool, with units and rates)"
     )]
@@ -110,9 +110,12 @@ struct RunArgs {
 
 #[derive(Args)]
 struct PinDir {
-    /// Directory of the pinned maps
-    #[arg(long, default_value = DEFAULT_PIN_DIR)]
+    /// Pin root: each process pins its maps in <DIR>/<pid or instance name>/
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_DIR)]
     pin_dir: PathBuf,
+    /// Instance (directory under --pin-dir) [default: the only live one; verify: the one of --pid]
+    #[arg(long, value_name = "NAME")]
+    instance: Option<String>,
 }
 
 #[derive(Args)]
@@ -214,7 +217,7 @@ fn main() -> ExitCode {
             let given = matches
                 .subcommand_matches("run")
                 .expect("the run subcommand");
-            cmd_run(args, given, stop)
+            cmd_run(*args, given, stop)
         }
         Cmd::Stats(args) => cmd_stats(&args, &stop),
         Cmd::Exporter(args) => cmd_exporter(&args, &stop),
@@ -233,8 +236,12 @@ fn fail(e: anyhow::Error) -> ExitCode {
     } else if let Some(RunError::Throttler { .. }) = e.downcast_ref::<RunError>() {
         // A setting the throttler refuses is a bad setting.
         EXIT_USAGE
-    } else if e.downcast_ref::<PinnedError>().is_some() {
-        EXIT_NOTHING
+    } else if let Some(p) = e.downcast_ref::<PinnedError>() {
+        if matches!(p, PinnedError::Ambiguous { .. }) {
+            EXIT_USAGE
+        } else {
+            EXIT_NOTHING
+        }
     } else {
         EXIT_ERROR
     })
@@ -309,9 +316,9 @@ fn cmd_run(args: RunArgs, given: &clap::ArgMatches, stop: Arc<AtomicBool>) -> Re
 }
 
 fn cmd_stats(args: &StatsArgs, stop: &AtomicBool) -> Result<u8> {
-    let dir = &args.pins.pin_dir;
+    let inst = pinned::select(&args.pins.pin_dir, args.pins.instance.as_deref())?;
+    let (maps, dir) = (&inst.maps, inst.maps.dir());
     let interval = args.interval;
-    let maps = PinnedMaps::new(dir);
     let mut prev = maps.snapshot()?;
     loop {
         let t0 = Instant::now();
@@ -322,6 +329,8 @@ fn cmd_stats(args: &StatsArgs, stop: &AtomicBool) -> Result<u8> {
             std::thread::sleep(Duration::from_millis(50).min(interval));
         }
         let now = maps.snapshot()?;
+        // Frozen counters of a process that died meanwhile are not rates.
+        maps.check_live()?;
         if args.watch {
             print!("\x1b[2J\x1b[H");
         }
@@ -341,16 +350,42 @@ fn cmd_stats(args: &StatsArgs, stop: &AtomicBool) -> Result<u8> {
 
 fn cmd_exporter(args: &ExporterArgs, stop: &AtomicBool) -> Result<u8> {
     config::check_listen(Some(args.listen), args.allow_remote)?;
-    let dir = &args.pins.pin_dir;
-    let maps = PinnedMaps::new(dir.clone());
-    if let Err(e) = maps.slots() {
-        eprintln!(
-            "slotring exporter: {}; serving what becomes available",
-            slotring_cli::error_chain(&e)
-        );
-    }
+    let root = &args.pins.pin_dir;
+    let (collector, dir) = match &args.pins.instance {
+        // One instance, unlabelled.
+        Some(name) => {
+            let maps = PinnedMaps::new(root.join(name));
+            if let Err(e) = maps.slots() {
+                eprintln!(
+                    "slotring exporter: {}; serving what becomes available",
+                    slotring_cli::error_chain(&e)
+                );
+            }
+            let dir = maps.dir().to_owned();
+            (SlotringCollector::pinned(maps), dir)
+        }
+        // Every instance under the root, labelled slotring_instance.
+        None => {
+            match pinned::instances(root) {
+                Ok(all) if all.is_empty() => eprintln!(
+                    "slotring exporter: no instance under {} yet; serving what becomes available",
+                    root.display()
+                ),
+                Ok(all) => {
+                    for i in all {
+                        eprintln!("slotring exporter: instance {} is {}", i.name, i.liveness);
+                    }
+                }
+                Err(e) => eprintln!(
+                    "slotring exporter: {:#}; serving what becomes available",
+                    anyhow::Error::new(e)
+                ),
+            }
+            (SlotringCollector::pinned_instances(root), root.clone())
+        }
+    };
     let registry = prometheus::Registry::new();
-    registry.register(Box::new(SlotringCollector::pinned(maps)))?;
+    registry.register(Box::new(collector))?;
     let srv = MetricsServer::start(args.listen, args.allow_remote, render_registry(registry))?;
     eprintln!(
         "slotring exporter: serving {} on http://{}/metrics",
@@ -369,7 +404,19 @@ fn cmd_verify(args: &VerifyArgs) -> Result<u8> {
         eprintln!("slotring verify: no process {pid}");
         return Ok(EXIT_NOTHING);
     }
-    let maps = PinnedMaps::new(dir);
+    // The instance asked for, or the one process `pid` pinned.
+    let inst = match &args.pins.instance {
+        Some(name) => pinned::select(dir, Some(name))?,
+        None => pinned::instances(dir)?
+            .into_iter()
+            .find(|i| i.owner.is_some_and(|o| o.pid == u64::from(pid)))
+            .ok_or_else(|| PinnedError::NoInstance {
+                root: dir.clone(),
+                name: Some(pid.to_string()),
+            })?,
+    };
+    inst.check_live()?;
+    let (maps, dir) = (&inst.maps, inst.maps.dir());
     let belongs = |tid: u32| PathBuf::from(format!("/proc/{pid}/task/{tid}")).exists();
     let before: Vec<ThreadState> = maps
         .threads()?

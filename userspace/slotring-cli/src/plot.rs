@@ -174,6 +174,7 @@ pub fn svg(report: &Report) -> String {
         .flatten()
         .chain(&tl.short_slots)
         .chain(&tl.slots_in_use)
+        .chain(tl.budget.iter().filter(|&&b| b != u64::MAX))
         .copied()
         .max()
         .unwrap_or(1) as f64;
@@ -191,13 +192,28 @@ pub fn svg(report: &Report) -> String {
     axes(
         &mut svg,
         &rate,
-        "Achieved read rate vs configured (block-device throttler, 1 s mean)",
+        "Achieved read rate vs configured, and per scan (block-device throttler, 1 s mean)",
         "MiB/s",
     );
     polyline(&mut svg, &rate, &tl.t_s, &disk, COLORS[0], false);
     polyline(&mut svg, &rate, &tl.t_s, &cache, COLORS[2], false);
     legend(&mut svg, &rate, 0, COLORS[0], "disk (charged)");
     legend(&mut svg, &rate, 1, COLORS[2], "page cache");
+    // Each scan's disk read rate (charged as its tenant), dashed, in the
+    // scan's colour of the slots panel.
+    for (i, series) in tl.scan_disk_bytes_per_s.iter().enumerate() {
+        let v = smooth(&tl.t_s, &series.iter().map(mib).collect::<Vec<_>>());
+        let color = COLORS[(i + 4) % COLORS.len()];
+        polyline(&mut svg, &rate, &tl.t_s, &v, color, true);
+        legend(
+            &mut svg,
+            &rate,
+            if configured > 0.0 { 3 } else { 2 } + i,
+            color,
+            &format!("scan {} read rate", i + 1),
+        );
+    }
+
     if configured > 0.0 {
         polyline(
             &mut svg,
@@ -237,6 +253,12 @@ pub fn svg(report: &Report) -> String {
     let used: Vec<f64> = tl.slots_in_use.iter().map(|&x| x as f64).collect();
     polyline(&mut svg, &slots, &tl.t_s, &used, "#000", true);
     legend(&mut svg, &slots, n + 1, "#000", "slots in use");
+    // An unlimited budget (u64::MAX) has no line.
+    if tl.budget.iter().all(|&b| b != u64::MAX) {
+        let budget: Vec<f64> = tl.budget.iter().map(|&x| x as f64).collect();
+        polyline(&mut svg, &slots, &tl.t_s, &budget, "#d62728", true);
+        legend(&mut svg, &slots, n + 2, "#d62728", "effective budget");
+    }
     svg.push_str("</svg>\n");
     svg
 }

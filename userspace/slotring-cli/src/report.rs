@@ -249,6 +249,15 @@ pub struct QueryReport {
     pub max_slots: u64,
     /// Time its threads were blocked waiting for a slot, seconds.
     pub slot_wait_s: f64,
+    /// Threads (max slots) of a scan.
+    pub threads: Option<u32>,
+    /// Bytes charged to the disk throttler as this query's tenant (scans).
+    pub disk_bytes: Option<u64>,
+    /// Its share of the scans' disk bytes, percent.
+    pub disk_share_pct: Option<f64>,
+    /// Its fair share of the disk throttler (its weight over the scans'
+    /// weights), percent.
+    pub fair_share_pct: Option<f64>,
 }
 
 /// Fairness between the scan queries.
@@ -275,10 +284,54 @@ pub struct Timeline {
     pub scan_slots: Vec<Vec<u64>>,
     /// Slots held by all short queries at each sample.
     pub short_slots: Vec<u64>,
+    /// Disk read rate of each scan query (bytes/s charged as its tenant) in
+    /// each interval.
+    pub scan_disk_bytes_per_s: Vec<Vec<f64>>,
     /// `slotring_slots_in_use` at each sample.
     pub slots_in_use: Vec<u64>,
     /// Parked leases at each sample.
     pub leases_parked: Vec<u64>,
+    /// The effective CPU slot budget at each sample
+    /// (`slotring_slots_budget_effective`: adaptive, or `max_concurrency`).
+    pub budget: Vec<u64>,
+}
+
+/// Latency percentiles of a kind of query, milliseconds.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LatencyReport {
+    /// Queries measured.
+    pub count: u64,
+    /// Median, ms.
+    pub p50: f64,
+    /// 99th percentile, ms.
+    pub p99: f64,
+}
+
+/// The CPU slot budget: static or adaptive, and the controller's input.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BudgetReport {
+    /// Whether the adaptive budget was asked for (`adaptive_budget`).
+    pub adaptive_budget: bool,
+    /// `adaptive`, `static`, `static (no kernel probes)`, or adaptive until
+    /// the probes went away.
+    pub mode: String,
+    /// `max_concurrency`: the ceiling.
+    pub ceiling: u64,
+    /// Mean effective budget over the samples.
+    pub budget_mean: f64,
+    /// Lowest effective budget sampled.
+    pub budget_min: u64,
+    /// Highest effective budget sampled.
+    pub budget_max: u64,
+    /// Run-queue share of running leases over the run, percent (kernel
+    /// accounting; NaN without probes), static or adaptive.
+    pub runq_share_pct: f64,
+    /// Slots released because `should_yield` asked.
+    pub yields: u64,
+    /// Controller windows evaluated.
+    pub windows: u64,
+    /// Times the probes went away mid-run.
+    pub probe_losses: u64,
 }
 
 /// The kernel's verdict on parked threads.
@@ -377,6 +430,10 @@ pub struct Report {
     pub process: ProcessReport,
     /// The `/metrics` address served during the run.
     pub metrics_addr: Option<String>,
+    /// Short query latency (start to end).
+    pub short_latency_ms: LatencyReport,
+    /// The CPU slot budget over the run.
+    pub adaptive: BudgetReport,
     /// Sampled series.
     pub timeline: Timeline,
 }
@@ -512,9 +569,20 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "  {:<6} {:>4} {:>8} {:>8} {:>10} {:>6} {:>9} {:>7}",
-            "query", "id", "start", "end", "mean slots", "max", "MiB read", "slot wait"
+            "  {:<6} {:>4} {:>7} {:>8} {:>8} {:>10} {:>6} {:>9} {:>9} {:>10} {:>6}",
+            "query",
+            "id",
+            "threads",
+            "start",
+            "end",
+            "mean slots",
+            "max",
+            "MiB read",
+            "slot wait",
+            "disk share",
+            "fair"
         )?;
+        let pct = |v: Option<f64>| v.map_or("-".to_owned(), |p| format!("{p:.1}%"));
         let shorts: Vec<&QueryReport> = self
             .queries
             .iter()
@@ -523,15 +591,18 @@ impl fmt::Display for Report {
         for q in self.queries.iter().filter(|q| q.kind == QueryKind::Scan) {
             writeln!(
                 f,
-                "  {:<6} {:>4} {:>7.2}s {:>7.2}s {:>10.2} {:>6} {:>9.1} {:>8.2}s",
+                "  {:<6} {:>4} {:>7} {:>7.2}s {:>7.2}s {:>10.2} {:>6} {:>9.1} {:>8.2}s {:>10} {:>6}",
                 q.kind,
                 q.id,
+                q.threads.map_or("-".to_owned(), |t| t.to_string()),
                 q.start_s,
                 q.end_s,
                 q.mean_slots,
                 q.max_slots,
                 mib(q.bytes as f64),
-                q.slot_wait_s
+                q.slot_wait_s,
+                pct(q.disk_share_pct),
+                pct(q.fair_share_pct)
             )?;
         }
         if !shorts.is_empty() {
@@ -540,12 +611,32 @@ impl fmt::Display for Report {
             let wait: f64 = shorts.iter().map(|q| q.slot_wait_s).sum::<f64>() / n;
             writeln!(
                 f,
-                "  {} short queries: mean duration {:.1} ms, mean slot wait {:.2} ms",
+                "  {} short queries: mean duration {:.1} ms (p50 {:.1} ms, p99 {:.1} ms), mean slot wait {:.2} ms",
                 shorts.len(),
                 lat * 1e3,
+                self.short_latency_ms.p50,
+                self.short_latency_ms.p99,
                 wait * 1e3
             )?;
         }
+        let b = &self.adaptive;
+        writeln!(
+            f,
+            "\nCPU slot budget: {} (ceiling {}): mean {:.2}, min {}, max {}; run-queue share of running leases {:.1}%; {} yields, {} controller windows{}",
+            b.mode,
+            b.ceiling,
+            b.budget_mean,
+            b.budget_min,
+            b.budget_max,
+            b.runq_share_pct,
+            b.yields,
+            b.windows,
+            if b.probe_losses > 0 {
+                format!(", probes lost {} times", b.probe_losses)
+            } else {
+                String::new()
+            }
+        )?;
         let k = &self.kernel;
         writeln!(f, "\nkernel verdict on parked threads:")?;
         if k.attached {

@@ -257,6 +257,15 @@ const ISSUE_NAMES: &[&str] = &[
     "slotring_slots_max",
     "slotring_slots_leases_parked",
     "slotring_slots_lease_parks_total",
+    "slotring_slots_budget_effective",
+];
+
+/// With `--adaptive-budget` and the probes attached.
+const ADAPTIVE_NAMES: &[&str] = &[
+    "slotring_slots_adaptive_enabled",
+    "slotring_slots_adaptive_runq_share_basis_points",
+    "slotring_slots_adaptive_runq_seconds_total",
+    "slotring_slots_adaptive_oncpu_seconds_total",
 ];
 
 const KERNEL_NAMES: &[&str] = &[
@@ -280,6 +289,8 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
                 "16MiB",
                 "--json",
                 "--no-progress",
+                "--no-adaptive-budget",
+                "--adaptive-budget",
             ])
             .arg("--dir")
             .arg(dir.path())
@@ -308,7 +319,7 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         child.stderr_so_far()
     );
     if attached {
-        for n in KERNEL_NAMES {
+        for n in KERNEL_NAMES.iter().chain(ADAPTIVE_NAMES) {
             assert!(names.contains(*n), "{n} missing from /metrics:\n{body}");
         }
         for series in dashboard_series() {
@@ -330,10 +341,11 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
 
     if attached {
         assert!(
-            pins.join("slots").exists(),
+            pins.join(pid.to_string()).join("slots").exists(),
             "probes attached but no pins at {}",
             pins.display()
         );
+
         // `slotring verify --pid` on the running process.
         let out = Command::new(bin())
             .args(["verify", "--pid", &pid.to_string(), "--window", "1s"])
@@ -361,7 +373,9 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         let ex_body = wait_for_metrics(exporter.addr, "slotring_parked_oncpu_seconds_total");
         promtool_check_metrics(&ex_body);
         assert!(
-            ex_body.contains("slotring_throttler_bytes_total{throttler=\"local_read\"}"),
+            ex_body.contains(&format!(
+                "slotring_throttler_bytes_total{{slotring_instance=\"{pid}\",throttler=\"local_read\"}}"
+            )),
             "{ex_body}"
         );
         drop(exporter);
@@ -383,28 +397,6 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
             text.contains("local_read") && text.contains("slots: budget"),
             "{text}"
         );
-
-        // The bpftool dashboard.
-        if have("bpftool") {
-            let out = Command::new("sh")
-                .arg(deploy().join("bpftool/slotring-top.sh"))
-                .arg("-d")
-                .arg(&pins)
-                .args(["-n", "1", "-i", "1"])
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "{text}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(text.contains("local_read"), "{text}");
-            assert!(text.contains("SLOTS  budget"), "{text}");
-            assert!(text.contains("KERNEL threads"), "{text}");
-        } else {
-            skip_unless_ci("the bpftool dashboard: bpftool not installed");
-        }
     }
 
     let out = child.finish(Duration::from_secs(120));
@@ -429,6 +421,8 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         "kernel",
         "process",
         "metrics_addr",
+        "short_latency_ms",
+        "adaptive",
         "timeline",
     ] {
         assert!(r.get(key).is_some(), "report lacks {key}");
@@ -484,8 +478,25 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         "short_slots",
         "slots_in_use",
         "leases_parked",
+        "budget",
     ] {
         assert_eq!(tl[k].as_array().unwrap().len(), n, "{k}");
+    }
+    // The budget: the last of `--no-adaptive-budget --adaptive-budget` won;
+    // between the floor and the ceiling, never 0.
+    let b = &r["adaptive"];
+    assert_eq!(r["config"]["adaptive_budget"], true);
+    assert_eq!(b["ceiling"], 2 * cores);
+    let (lo, hi) = (
+        b["budget_min"].as_u64().unwrap(),
+        b["budget_max"].as_u64().unwrap(),
+    );
+    assert!(1 <= lo && lo <= hi && hi <= 2 * cores, "{b}");
+    if attached {
+        assert_eq!(b["mode"], "adaptive", "{b}");
+        assert!(b["windows"].as_u64().unwrap() > 0, "{b}");
+        let share = b["runq_share_pct"].as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&share), "{b}");
     }
     for s in tl["scan_slots"].as_array().unwrap() {
         assert_eq!(s.as_array().unwrap().len(), n);
@@ -511,6 +522,7 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
     assert!(!pins.exists(), "pins left at {}", pins.display());
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+    assert!(svg.contains("effective budget"));
 }
 
 #[test]
@@ -742,7 +754,10 @@ fn bad_settings_exit_2_naming_option_and_value() {
         .unwrap();
     assert_eq!(out.status.code(), Some(4));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("/nonexistent/slotring/"), "{err}");
+    assert!(
+        err.contains("no slotring instance under /nonexistent/slotring "),
+        "{err}"
+    );
     let out = Command::new(bin())
         .args(["verify", "--pid", "4000000000", "--window", "1s"])
         .output()
@@ -875,6 +890,7 @@ fn degrades_cleanly_without_privileges() {
             "16MiB",
             "--json",
             "--no-progress",
+            "--adaptive-budget",
         ])
         .args(["--listen", "127.0.0.1:0"])
         .arg("--dir")
@@ -887,6 +903,11 @@ fn degrades_cleanly_without_privileges() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(
         err.matches("running without kernel probes").count(),
+        1,
+        "said once: {err}"
+    );
+    assert_eq!(
+        err.matches("the CPU slot budget stays static").count(),
         1,
         "said once: {err}"
     );
@@ -904,6 +925,8 @@ fn degrades_cleanly_without_privileges() {
     assert_eq!(scans, 2);
     assert_eq!(r["kernel"]["attached"], false);
     assert_eq!(r["kernel"]["verdict"], "unverified");
+    assert_eq!(r["adaptive"]["mode"], "static (no kernel probes)");
+    assert_eq!(r["adaptive"]["budget_min"], r["adaptive"]["ceiling"]);
     assert!(r["io"]["reads"].as_u64().unwrap() > 0);
     assert!(
         r["kernel"]["reason"]
@@ -1285,6 +1308,337 @@ fn accept_backs_off_when_out_of_file_descriptors() {
         "the exporter says why it cannot accept: {}",
         exporter.stderr_so_far()
     );
+}
+
+/// `slotring run` with probes for `duration`, pinning under `root`; its
+/// data file in `data`.
+fn spawn_run(root: &Path, data: &Path, duration: &str) -> Served {
+    spawn_served(
+        Command::new(bin())
+            .args(["run", "--duration", duration, "--file-size", "8MiB"])
+            .args(["--max-local-read-bandwidth", "4MiB"])
+            .args(["--no-progress", "--listen", "127.0.0.1:0"])
+            .arg("--dir")
+            .arg(data)
+            .arg("--pin-dir")
+            .arg(root)
+            .stdout(Stdio::null()),
+    )
+}
+
+/// Wait until the instance of `pid` has pinned its maps under `root`.
+fn wait_for_pins(root: &Path, pid: u32) -> PathBuf {
+    let dir = root.join(pid.to_string());
+    let start = Instant::now();
+    while !dir.join("slots").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no pins at {}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    dir
+}
+
+/// Probes can attach here (root with kernel BTF), else the test is skipped.
+fn probes_possible(test: &str) -> bool {
+    let ok = is_root() && Path::new("/sys/kernel/btf/vmlinux").exists();
+    if !ok {
+        println!("skipping {test}: needs root and kernel BTF for the probes");
+    }
+    ok
+}
+
+fn slotring(args: &[&str], root: &Path) -> Output {
+    Command::new(bin())
+        .args(args)
+        .arg("--pin-dir")
+        .arg(root)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn after_kill_9_the_pins_read_as_stale_and_the_next_run_removes_them() {
+    if !probes_possible("the kill -9 test") {
+        return;
+    }
+    let data = data_dir();
+    let root = pin_dir("kill9");
+    let mut run = spawn_run(&root, data.path(), "60s");
+    let pid = run.child.0.id();
+    let dir = wait_for_pins(&root, pid);
+    run.child.0.kill().unwrap(); // SIGKILL: nothing is cleaned up
+    run.child.0.wait().unwrap();
+    assert!(dir.join("slots").exists(), "the pins outlive the process");
+
+    // `stats`: stale, exit 4 (nothing to read), naming the process.
+    let out = slotring(&["stats", "--interval", "100ms"], &root);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("stale") && err.contains(&format!("process {pid}")),
+        "{err}"
+    );
+
+    // The exporter: the dead instance is labelled and not attached, with no
+    // frozen counters.
+    let exporter = spawn_served(
+        Command::new(bin())
+            .args(["exporter", "--listen", "127.0.0.1:0"])
+            .arg("--pin-dir")
+            .arg(&root)
+            .stdout(Stdio::null()),
+    );
+    let body = wait_for_metrics(exporter.addr, "slotring_exporter_up 1");
+    promtool_check_metrics(&body);
+    let line = format!("slotring_probes_attached{{slotring_instance=\"{pid}\"}} 0");
+    assert!(body.lines().any(|l| l == line), "no `{line}` in:\n{body}");
+    assert!(!body.contains("slotring_slots_granted_total{"), "{body}");
+    drop(exporter);
+
+    // The next run proves the owner dead, removes its pins, and leaves no
+    // empty directory behind.
+    let next = spawn_run(&root, data.path(), "500ms");
+    let out = next.finish(Duration::from_secs(60));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(0 | 3)), "{err}");
+    assert!(
+        err.contains(&format!("removed stale pins {}", dir.display())),
+        "{err}"
+    );
+    assert!(!root.exists(), "left behind: {}", root.display());
+}
+
+#[test]
+fn two_runs_keep_their_own_pins_and_top_says_when_one_is_gone() {
+    if !probes_possible("the two-runs test") {
+        return;
+    }
+    let data = data_dir();
+    let root = pin_dir("two");
+    // A loaded machine takes seconds per bpftool dump of `lease`: the
+    // second run lasts long enough for the dashboard's first report.
+    let first = spawn_run(&root, data.path(), "60s");
+    let first_pid = first.child.0.id();
+    wait_for_pins(&root, first_pid);
+    let second = spawn_run(&root, data.path(), "10s");
+    let second_pid = second.child.0.id();
+    wait_for_pins(&root, second_pid);
+
+    // The bpftool dashboard on the second instance, across its exit.
+    let top = have("bpftool").then(|| {
+        Command::new("sh")
+            .arg(deploy().join("bpftool/slotring-top.sh"))
+            .arg("-d")
+            .arg(&root)
+            .args(["-I", &second_pid.to_string(), "-i", "0.5"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    });
+    let out = second.finish(Duration::from_secs(60));
+    assert!(matches!(out.status.code(), Some(0 | 3)));
+    if let Some(mut top) = top {
+        let out = wait_output(&mut top, Duration::from_secs(30));
+        let (text, err) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(4), "{text}{err}");
+        assert!(
+            err.contains(&format!(
+                "instance {second_pid} (process {second_pid}) is gone"
+            )),
+            "{err}"
+        );
+        assert!(
+            text.contains("SLOTS  budget"),
+            "it showed the instance: {text}"
+        );
+        let negative = text
+            .split_whitespace()
+            .any(|w| w.starts_with('-') && w[1..].starts_with(|c: char| c.is_ascii_digit()));
+        assert!(!negative, "negative rates:\n{text}");
+        assert!(!err.contains("Error"), "raw bpftool errors: {err}");
+    } else {
+        skip_unless_ci("the bpftool dashboard: bpftool not installed");
+    }
+
+    // The first instance is untouched and still observable, by the
+    // dashboard too (the only live instance now).
+    assert!(root.join(first_pid.to_string()).join("slots").exists());
+    if have("bpftool") {
+        let out = Command::new("sh")
+            .arg(deploy().join("bpftool/slotring-top.sh"))
+            .arg("-d")
+            .arg(&root)
+            .args(["-n", "1", "-i", "1"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("local_read"), "{text}");
+        assert!(text.contains("SLOTS  budget"), "{text}");
+        assert!(text.contains("KERNEL threads"), "{text}");
+    }
+    let out = slotring(&["stats", "--interval", "200ms"], &root);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = slotring(
+        &["verify", "--pid", &first_pid.to_string(), "--window", "1s"],
+        &root,
+    );
+    // Observable: a verdict on its threads (UNVERIFIED, exit 4, only when
+    // none parked in the window), not "none of the threads belongs".
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        matches!(out.status.code(), Some(0 | 3))
+            || (out.status.code() == Some(4) && text.contains("verdict: UNVERIFIED")),
+        "verify: {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid = nix::unistd::Pid::from_raw(first_pid as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = first.finish(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(130));
+    assert!(!root.exists(), "left behind: {}", root.display());
+}
+
+#[test]
+fn a_pin_dir_planted_by_another_user_is_refused_and_untouched() {
+    if !probes_possible("the hostile pin directory test") || !have("setpriv") {
+        skip_unless_ci("needs setpriv (util-linux)");
+        return;
+    }
+    if std::fs::metadata("/sys/fs/bpf")
+        .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o1777)
+        .ok()
+        != Some(0o1777)
+    {
+        println!("skipping: /sys/fs/bpf is not writable by other users here");
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let data = data_dir();
+    let planted = pin_dir("planted");
+    let link = pin_dir("link");
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(format!(
+            "mkdir -m 0777 {p} && mkdir {p}/lease && ln -s /sys/fs/bpf {l}",
+            p = planted.display(),
+            l = link.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (root, why) in [
+        (&planted, "owned by another user"),
+        (&link, "a symbolic link"),
+    ] {
+        let before = std::fs::symlink_metadata(root).unwrap();
+        let out = spawn_run(root, data.path(), "300ms").finish(Duration::from_secs(60));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(0)), "{err}");
+        let said = format!(
+            "refusing pin directory {}: {why} (owner uid 65534, mode ",
+            root.display()
+        );
+        assert!(err.contains(&said), "no `{said}` in:\n{err}");
+        let after = std::fs::symlink_metadata(root).unwrap();
+        assert_eq!((after.mode(), after.uid()), (before.mode(), before.uid()));
+    }
+    assert!(planted.join("lease").is_dir(), "the planted entry stays");
+    assert_eq!(
+        std::fs::metadata("/sys/fs/bpf").unwrap().mode() & 0o7777,
+        0o1777,
+        "/sys/fs/bpf is not chmod'ed through the link"
+    );
+    std::fs::remove_dir_all(&planted).unwrap();
+    std::fs::remove_file(&link).unwrap();
+}
+
+#[test]
+fn unequal_scans_share_the_disk_fairly_and_the_report_shows_it() {
+    let dir = data_dir();
+    let plot = dir.path().join("run.svg");
+    let out = Command::new(bin())
+        .args(["run", "--scan-threads", "8,2,1", "--duration", "3s"])
+        .args([
+            "--file-size",
+            "64MiB",
+            "--max-local-read-bandwidth",
+            "16MiB",
+        ])
+        // The kernel verdict is another test's; this one is about shares.
+        .args(["--json", "--no-progress", "--listen", "off", "--no-probes"])
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--plot")
+        .arg(&plot)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["config"]["scans"], 3);
+    assert_eq!(r["config"]["scan_threads"], serde_json::json!([8, 2, 1]));
+    let scans: Vec<&Value> = r["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["kind"] == "scan")
+        .collect();
+    let threads: Vec<u64> = scans
+        .iter()
+        .map(|q| q["threads"].as_u64().unwrap())
+        .collect();
+    assert_eq!(threads, [8, 2, 1]);
+    let shares: Vec<f64> = scans
+        .iter()
+        .map(|q| q["disk_share_pct"].as_f64().unwrap())
+        .collect();
+    assert!(
+        (shares.iter().sum::<f64>() - 100.0).abs() < 1e-6,
+        "{shares:?}"
+    );
+    for q in &scans {
+        assert!((q["fair_share_pct"].as_f64().unwrap() - 100.0 / 3.0).abs() < 1e-9);
+        assert!(q["disk_bytes"].as_u64().unwrap() > 0);
+    }
+    // First-come would give 8:2:1 (73% / 18% / 9%); the fair order keeps
+    // the widest scan far from that (loose: a loaded machine, 3 s).
+    assert!(shares[0] < 55.0, "the 8-thread scan took {shares:?}");
+    assert!(shares[2] > 18.0, "the 1-thread scan got {shares:?}");
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    for i in 1..=3 {
+        assert!(
+            svg.contains(&format!("scan {i} read rate")),
+            "plot draws scan {i}"
+        );
+    }
 }
 
 // ---- Files, stopping, the plot, exit codes and read errors (issue 13) ----

@@ -5,11 +5,13 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use slotring_throttle::Tenant;
+
 use crate::SlotsError;
 use crate::core::{AllocShared, Core};
 use crate::counters::{SlotsCounters, UNLIMITED};
 use crate::scheduler::Scheduler;
-use crate::shared::{Shared, SlotState};
+use crate::shared::{Shared, SlotState, Yielder};
 use crate::slot::AcquiredSlot;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, take_one};
 
@@ -41,11 +43,14 @@ impl ConcurrencyControl {
     /// per process), so blocking throttler waits park the caller's lease.
     pub fn new() -> Self {
         crate::lease::install_throttle_lease_hook();
+        let core = Core::new();
+        let yield_needed = core.yield_needed.clone();
         Self {
             shared: Arc::new(Shared {
-                core: Mutex::new(Core::new()),
+                core: Mutex::new(core),
                 slots_acquired: AtomicU64::new(0),
                 slots_acquired_nc: AtomicU64::new(0),
+                yield_needed,
             }),
         }
     }
@@ -67,6 +72,22 @@ impl ConcurrencyControl {
     /// The budget ([`UNLIMITED`] when unlimited).
     pub fn max_concurrency(&self) -> u64 {
         self.shared.lock().max
+    }
+
+    /// Set the effective budget below `max_concurrency` (the adaptive
+    /// budget; see [`crate::BudgetController`]): scheduling then obeys
+    /// `min(max_concurrency, value)`. `0` is clamped to 1; [`UNLIMITED`]
+    /// returns to the static budget. A shrink takes no slot back by itself:
+    /// holders above their fair share see [`AcquiredSlot::should_yield`]
+    /// and release at their next checkpoint; a growth grants to waiters at
+    /// once.
+    pub fn set_effective_budget(&self, value: u64) {
+        self.shared.lock().set_effective_budget(value);
+    }
+
+    /// What scheduling obeys now: `min(max_concurrency, effective budget)`.
+    pub fn effective_budget(&self) -> u64 {
+        self.shared.lock().limit()
     }
 
     /// ClickHouse's combination of `concurrent_threads_soft_limit_num` and
@@ -114,6 +135,7 @@ impl ConcurrencyControl {
             shared: self.shared.clone(),
             id,
             alloc,
+            tenant: None,
         })
     }
 
@@ -150,6 +172,7 @@ pub struct Allocation {
     shared: Arc<Shared>,
     id: u32,
     alloc: Arc<AllocShared>,
+    tenant: Option<Tenant>,
 }
 
 impl fmt::Debug for Allocation {
@@ -162,6 +185,21 @@ impl fmt::Debug for Allocation {
 }
 
 impl Allocation {
+    /// Charge the IO of threads holding this allocation's slots to `tenant`:
+    /// while one of its slots is a thread's current lease
+    /// ([`AcquiredSlot::make_current`]), every throttler the thread waits on
+    /// shares its rate fairly between this tenant and the others (see
+    /// [`slotring_throttle::Tenant`]). Slots acquired before keep what they had.
+    pub fn with_tenant(mut self, tenant: Tenant) -> Self {
+        self.tenant = Some(tenant);
+        self
+    }
+
+    /// The tenant this allocation's slots carry, if any.
+    pub fn tenant(&self) -> Option<&Tenant> {
+        self.tenant.as_ref()
+    }
+
     /// Take one granted slot if available (non-competing ones first). Lock-free.
     pub fn try_acquire(&self) -> Option<AcquiredSlot> {
         let competing = if take_one(&self.alloc.noncompeting) {
@@ -176,10 +214,14 @@ impl Allocation {
             return None;
         };
         let slot_id = self.alloc.next_slot_id.fetch_add(1, Ordering::Relaxed);
-        Some(AcquiredSlot::new(
-            slot_id,
-            SlotState::new(Some(self.shared.clone()), competing),
-        ))
+        let alloc = competing.then(|| self.alloc.clone());
+        let yielder = competing.then(|| Yielder {
+            shared: self.shared.clone(),
+            alloc: self.alloc.clone(),
+        });
+        let mut state = SlotState::new(Some(self.shared.clone()), alloc, competing);
+        state.tenant = self.tenant.clone();
+        Some(AcquiredSlot::new(slot_id, state, yielder))
     }
 
     /// Take one granted slot, blocking until one is granted.
@@ -327,7 +369,8 @@ impl GrantedAllocation {
                 Ok(_) => {
                     return Some(AcquiredSlot::new(
                         self.total - v,
-                        SlotState::new(None, false),
+                        SlotState::new(None, None, false),
+                        None,
                     ));
                 }
                 Err(now) => v = now,

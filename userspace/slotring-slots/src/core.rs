@@ -37,6 +37,19 @@
 //! unpark either fits (`cur < max`) or raises `cur` and `borrowed` together,
 //! and a release lowers `cur` by one and `borrowed` by at most one.
 //!
+//! Effective budget and yields: scheduling obeys `limit() = min(max, cap)`,
+//! where `cap` is the adaptive effective budget (`UNLIMITED`: static). A
+//! shrink takes nothing back by itself; `yield_needed = (cur − borrowed) −
+//! limit − owed` (floored at 0) is how many more holders should release. A
+//! holder's `should_yield` says yes only while that is positive and its
+//! allocation holds (`held`: granted-unacquired plus acquired unparked
+//! competing slots) more than `max(1, limit / holders)` beyond the yields
+//! it already promised (`owed`); each yes is promised (`owed + 1`), so
+//! exactly the excess is asked for, and the release that keeps the promise
+//! makes the allocation want that slot again (`allocated − 1`, back in its
+//! waiter list): the holder waits for a grant like any other. Borrowed
+//! slots are not an excess to yield: borrowing is repaid by withholding.
+//!
 //! # Memory ordering
 //!
 //! Everything above is guarded by the one mutex, which orders it. The atomics
@@ -53,6 +66,14 @@
 //! * `next_slot_id` (per allocation): a `fetch_add`, so ids are unique; in
 //!   grant order up to the interleaving of concurrent acquirers.
 //! * `slots_acquired*` (per control): statistics only.
+//! * `held` / `owed` (per allocation): changed and read only inside the
+//!   mutex; atomics only because they live in the `AllocShared` that a
+//!   slot may keep after its allocation is gone.
+//! * `yield_needed` (per control): stored inside the mutex after every
+//!   operation, loaded lock-free by `should_yield`'s fast path. It is a
+//!   hint: the decision and the promise are made again inside the mutex. A
+//!   stale 0 only delays a yield to a later checkpoint (the store becomes
+//!   visible); a stale positive value costs one lock that answers no.
 
 use std::collections::BTreeSet;
 
@@ -74,15 +95,25 @@ pub(crate) struct AllocShared {
     pub(crate) next_slot_id: AtomicU64,
     /// Blocking `acquire` waits here, on the core mutex.
     pub(crate) cv: Condvar,
+    /// Its slab id (valid while the slab entry holds this `AllocShared`).
+    id: u32,
+    /// Competing slots it holds now: granted-unacquired plus acquired and
+    /// not parked (changed only under the core mutex).
+    pub(crate) held: AtomicU64,
+    /// Yields promised by `should_yield` and not yet made (under the mutex).
+    pub(crate) owed: AtomicU64,
 }
 
 impl AllocShared {
-    fn new(granted: u64, noncompeting: u64) -> Self {
+    fn new(id: u32, granted: u64, noncompeting: u64) -> Self {
         Self {
             granted: AtomicU64::new(granted),
             noncompeting: AtomicU64::new(noncompeting),
             next_slot_id: AtomicU64::new(0),
             cv: Condvar::new(),
+            id,
+            held: AtomicU64::new(0),
+            owed: AtomicU64::new(0),
         }
     }
 }
@@ -123,6 +154,7 @@ pub(crate) struct Stats {
     pub(crate) parks: u64,
     pub(crate) unparks: u64,
     pub(crate) unpark_borrows: u64,
+    pub(crate) yields: u64,
 }
 
 /// The state behind the mutex.
@@ -134,6 +166,16 @@ pub(crate) struct Core {
     pub(crate) allocations: u64,
     pub(crate) waiters: u64,
     pub(crate) parked: u64,
+    /// The effective budget set by the adaptive controller ([`UNLIMITED`]:
+    /// static). Scheduling obeys `min(max, cap)` ([`Core::limit`]).
+    pub(crate) cap: u64,
+    /// Allocations holding at least one competing slot (`held > 0`).
+    holders: u64,
+    /// Yields promised and not yet made (sum of every `owed`).
+    owed: u64,
+    /// Yields still wanted: `(cur − borrowed) − limit − owed`, floored at 0;
+    /// stored after every operation (the `should_yield` fast path).
+    pub(crate) yield_needed: Arc<AtomicU64>,
     pub(crate) scheduler: Scheduler,
     pub(crate) stats: Stats,
     slab: Vec<Option<AllocState>>,
@@ -158,6 +200,10 @@ impl Core {
             allocations: 0,
             waiters: 0,
             parked: 0,
+            cap: UNLIMITED,
+            holders: 0,
+            owed: 0,
+            yield_needed: Arc::new(AtomicU64::new(0)),
             scheduler: Scheduler::default(),
             stats: Stats::default(),
             slab: Vec::new(),
@@ -168,9 +214,15 @@ impl Core {
         }
     }
 
+    /// The budget scheduling obeys: the user's `max` or the adaptive
+    /// effective budget, whichever is lower.
+    pub(crate) fn limit(&self) -> u64 {
+        self.max.min(self.cap)
+    }
+
     /// Free capacity (ClickHouse's `available`).
     pub(crate) fn available(&self) -> u64 {
-        self.max.saturating_sub(self.cur)
+        self.limit().saturating_sub(self.cur)
     }
 
     fn st(&self, id: u32) -> &AllocState {
@@ -183,7 +235,7 @@ impl Core {
 
     /// `borrowed` never exceeds the current overshoot.
     fn clamp_borrowed(&mut self) {
-        self.borrowed = self.borrowed.min(self.cur.saturating_sub(self.max));
+        self.borrowed = self.borrowed.min(self.cur.saturating_sub(self.limit()));
     }
 
     fn emit_delayed(&mut self, id: u32, wanted: u64) {
@@ -277,6 +329,8 @@ impl Core {
     /// Grant one competing slot (already counted in `cur`) to `id`; returns
     /// whether it still wants more.
     fn grant(&mut self, id: u32) -> bool {
+        let shared = self.st(id).shared.clone();
+        self.held_add(&shared, 1);
         let st = self.st_mut(id);
         st.allocated += 1;
         st.shared.granted.fetch_add(1, Ordering::Relaxed);
@@ -324,7 +378,7 @@ impl Core {
     fn schedule_one(&mut self, s: Scheduler) {
         match s {
             Scheduler::MaxMinFair => {
-                while self.cur < self.max {
+                while self.cur < self.limit() {
                     let Some(&key) = self.mmf.first() else { break };
                     let (allocated, seq, id) = key;
                     self.cur += 1;
@@ -341,7 +395,7 @@ impl Core {
             }
             k => {
                 let r = k.index();
-                while self.cur < self.max {
+                while self.cur < self.limit() {
                     let Some(id) = self.rings[r].cursor else {
                         break;
                     };
@@ -380,7 +434,17 @@ impl Core {
             self.cur = self.cur.saturating_add(min);
             (max, min, min, 0)
         };
-        let shared = Arc::new(AllocShared::new(granted, noncompeting));
+        let id = match self.free_ids.pop() {
+            Some(id) => id,
+            None => {
+                self.slab.push(None);
+                u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 live allocations")
+            }
+        };
+        let shared = Arc::new(AllocShared::new(id, granted, noncompeting));
+        if granted > 0 {
+            self.held_add(&shared, granted);
+        }
         let st = AllocState {
             kind,
             min,
@@ -396,16 +460,7 @@ impl Core {
             next: NIL,
             shared: shared.clone(),
         };
-        let id = match self.free_ids.pop() {
-            Some(id) => {
-                self.slab[id as usize] = Some(st);
-                id
-            }
-            None => {
-                self.slab.push(Some(st));
-                u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 live allocations")
-            }
-        };
+        self.slab[id as usize] = Some(st);
         if allocated < limit {
             self.add_waiter(id);
         }
@@ -413,6 +468,7 @@ impl Core {
             self.emit_delayed(id, limit - allocated);
         }
         self.schedule();
+        self.refresh_yield();
         Ok((id, shared))
     }
 
@@ -466,6 +522,7 @@ impl Core {
         if need_schedule {
             self.schedule();
         }
+        self.refresh_yield();
         Ok(())
     }
 
@@ -483,6 +540,8 @@ impl Core {
             st.shared.cv.notify_all();
         }
         let in_waiters = st.in_waiters;
+        let shared = st.shared.clone();
+        self.held_sub(&shared, amount);
         self.cur -= amount;
         self.clamp_borrowed();
         if in_waiters {
@@ -490,6 +549,7 @@ impl Core {
         }
         self.allocations -= 1;
         self.schedule();
+        self.refresh_yield();
     }
 
     /// Forget the slab entry (after `free`), when the handle drops.
@@ -525,53 +585,168 @@ impl Core {
         self.max = value.max(1);
         self.clamp_borrowed();
         self.schedule();
+        self.refresh_yield();
+    }
+
+    /// Set the adaptive effective budget (`0` → 1; [`UNLIMITED`]: static,
+    /// only `max` applies). Like `set_max_concurrency`, a shrink reclaims
+    /// nothing by itself: holders above their fair share are asked to yield
+    /// through `should_yield`; a growth grants to waiters at once.
+    pub(crate) fn set_effective_budget(&mut self, value: u64) {
+        self.cap = value.max(1);
+        self.clamp_borrowed();
+        self.schedule();
+        self.refresh_yield();
     }
 
     pub(crate) fn set_scheduler(&mut self, s: Scheduler) {
         self.scheduler = s;
         self.schedule();
+        self.refresh_yield();
     }
 
     pub(crate) fn fair_share(&self) -> u64 {
-        if self.max == UNLIMITED {
+        let limit = self.limit();
+        if limit == UNLIMITED {
             return UNLIMITED;
         }
-        (self.max / (self.allocations + 1)).max(1)
+        (limit / (self.allocations + 1)).max(1)
     }
 
-    /// An acquired (non-parked) slot is dropped.
-    pub(crate) fn release(&mut self, competing: bool, parked: bool) {
+    // ---- yields --------------------------------------------------------
+
+    fn held_add(&mut self, a: &AllocShared, n: u64) {
+        if n == 0 {
+            return;
+        }
+        if a.held.fetch_add(n, Ordering::Relaxed) == 0 {
+            self.holders += 1;
+        }
+    }
+
+    fn held_sub(&mut self, a: &AllocShared, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let before = a.held.fetch_sub(n, Ordering::Relaxed);
+        debug_assert!(before >= n, "held {before} < {n}");
+        if before == n {
+            self.holders -= 1;
+        }
+    }
+
+    /// Store the fast-path hint: yields still wanted (borrowed slots are
+    /// repaid by withholding, not by yields).
+    fn refresh_yield(&self) {
+        let needed = (self.cur - self.borrowed)
+            .saturating_sub(self.limit())
+            .saturating_sub(self.owed);
+        self.yield_needed.store(needed, Ordering::Relaxed);
+    }
+
+    /// A competing, unparked slot of `a` is released: it makes one promised yield of its allocation, if any; the allocation
+    /// then wants that slot again (`allocated − 1`) and re-enters its
+    /// waiter list, so its holder waits for a grant like any other.
+    fn slot_left(&mut self, a: &Arc<AllocShared>) {
+        self.held_sub(a, 1);
+        if a.owed.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        a.owed.fetch_sub(1, Ordering::Relaxed);
+        self.owed -= 1;
+        self.stats.yields += 1;
+        let id = a.id;
+        let live = self
+            .slab
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|st| Arc::ptr_eq(&st.shared, a) && !st.freed);
+        if !live {
+            return;
+        }
+        if self.st(id).in_waiters {
+            self.remove_waiter(id);
+        }
+        let st = self.st_mut(id);
+        st.allocated = st.allocated.saturating_sub(1);
+        if st.allocated < st.limit {
+            self.add_waiter(id);
+        }
+    }
+
+    /// The slow path of `should_yield` for a competing, unparked slot of
+    /// `a`: yes (and promise it) while yields are wanted and `a` holds,
+    /// beyond what it already promised, more than its fair share
+    /// `max(1, limit / holders)`.
+    pub(crate) fn should_yield(&mut self, a: &AllocShared) -> bool {
+        if self.yield_needed.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let fair = (self.limit() / self.holders.max(1)).max(1);
+        let keeps = a
+            .held
+            .load(Ordering::Relaxed)
+            .saturating_sub(a.owed.load(Ordering::Relaxed));
+        if keeps <= fair {
+            return false;
+        }
+        a.owed.fetch_add(1, Ordering::Relaxed);
+        self.owed += 1;
+        self.refresh_yield();
+        true
+    }
+
+    /// An acquired slot is dropped.
+    pub(crate) fn release(
+        &mut self,
+        alloc: Option<&Arc<AllocShared>>,
+        competing: bool,
+        parked: bool,
+    ) {
         if parked {
             self.parked -= 1;
         } else if competing {
+            if let Some(a) = alloc {
+                self.slot_left(a);
+            }
             self.cur -= 1;
             self.clamp_borrowed();
             self.schedule();
         }
+        self.refresh_yield();
     }
 
     /// Park an acquired slot: it stops counting; its capacity may be granted.
-    pub(crate) fn park(&mut self, competing: bool) {
+    pub(crate) fn park(&mut self, alloc: Option<&Arc<AllocShared>>, competing: bool) {
         self.parked += 1;
         self.stats.parks += 1;
         if competing {
+            if let Some(a) = alloc {
+                // A park is no yield: a promise stays owed until a release.
+                self.held_sub(a, 1);
+            }
             self.cur -= 1;
             self.clamp_borrowed();
             self.schedule();
         }
+        self.refresh_yield();
     }
 
     /// Unpark: take the slot back, borrowing if the budget is full.
-    pub(crate) fn unpark(&mut self, competing: bool) {
+    pub(crate) fn unpark(&mut self, alloc: Option<&Arc<AllocShared>>, competing: bool) {
         self.parked -= 1;
         self.stats.unparks += 1;
         if competing {
-            if self.cur >= self.max {
+            if let Some(a) = alloc {
+                self.held_add(a, 1);
+            }
+            if self.cur >= self.limit() {
                 self.borrowed += 1;
                 self.stats.unpark_borrows += 1;
             }
             self.cur += 1;
         }
+        self.refresh_yield();
     }
 
     pub(crate) fn snapshot(&self, acquired: u64, acquired_nc: u64) -> SlotsCounters {
@@ -586,6 +761,8 @@ impl Core {
             unparks: self.stats.unparks,
             unpark_borrows: self.stats.unpark_borrows,
             max_concurrency: self.max,
+            budget_effective: self.limit(),
+            yields: self.stats.yields,
             cur_concurrency: self.cur,
             allocations: self.allocations,
             waiters: self.waiters,

@@ -45,6 +45,32 @@ pub enum SlotsError {
         /// The timeout that expired.
         timeout: Duration,
     },
+    /// An adaptive-budget target outside `1..=99` percent (0% would never
+    /// allow any wait, 100% never react).
+    #[error("adaptive budget target {value}% is out of range (expected 1..=99)")]
+    AdaptiveTarget {
+        /// The rejected target, in percent.
+        value: u32,
+    },
+    /// An adaptive-budget floor of 0: the budget is never 0.
+    #[error("adaptive budget floor 0: the floor must be at least 1")]
+    AdaptiveZeroFloor,
+    /// An adaptive-budget floor above the ceiling (`max_concurrency`).
+    #[error("adaptive budget floor {floor} is above the ceiling {ceiling} (max_concurrency)")]
+    AdaptiveFloorAboveCeiling {
+        /// The rejected floor.
+        floor: u64,
+        /// The ceiling.
+        ceiling: u64,
+    },
+    /// A probe hold of 0 windows, or a maximum hold below it.
+    #[error("adaptive budget hold {hold} windows (max {max_hold}): need 1 <= hold <= max")]
+    AdaptiveHold {
+        /// The rejected hold.
+        hold: u32,
+        /// The rejected maximum hold.
+        max_hold: u32,
+    },
 }
 
 #[cfg(test)]

@@ -48,7 +48,9 @@
 
 // Module dependencies run one way: `control` -> `slot` -> `lease` ->
 // `shared` -> `core`, each also using any module further along that chain
-// and the leaves `error`, `counters`, `scheduler` and `sync`.
+// and the leaves `error`, `counters`, `scheduler` and `sync`; `adaptive`
+// (the budget's control law) is a leaf too: pure arithmetic on numbers.
+mod adaptive;
 mod control;
 mod core;
 mod counters;
@@ -59,8 +61,9 @@ mod shared;
 mod slot;
 mod sync;
 
+pub use adaptive::{AdaptiveConfig, BudgetController, RunqSample, Step};
 pub use control::{Allocation, ConcurrencyControl, GrantedAllocation, SlotAllocation};
-pub use counters::{SlotsCounters, UNLIMITED};
+pub use counters::{AdaptiveCounters, SlotsCounters, UNLIMITED};
 pub use error::SlotsError;
 pub use lease::{CpuLeaseParkGuard, SlotLease, current_lease_state, install_throttle_lease_hook};
 pub use scheduler::Scheduler;

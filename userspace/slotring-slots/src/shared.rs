@@ -10,8 +10,8 @@
 
 use slotring_throttle::LeaseState;
 
-use crate::core::Core;
-use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, lock};
+use crate::core::{AllocShared, Core};
+use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering, lock};
 
 /// State shared by a control, its allocations and their slots.
 #[derive(Debug)]
@@ -20,6 +20,10 @@ pub(crate) struct Shared {
     /// Statistics bumped by lock-free `try_acquire` (`Relaxed`: independent counts).
     pub(crate) slots_acquired: AtomicU64,
     pub(crate) slots_acquired_nc: AtomicU64,
+    /// The core's `yield_needed` (the same atomic): yields still wanted.
+    /// `should_yield`'s fast path is one `Relaxed` load of it (see
+    /// `AcquiredSlot::should_yield` for why `Relaxed` suffices).
+    pub(crate) yield_needed: Arc<AtomicU64>,
 }
 
 impl Shared {
@@ -28,20 +32,52 @@ impl Shared {
     }
 }
 
+/// What a competing slot needs to answer `should_yield`: the control (for
+/// the fast-path hint and the mutex) and its allocation (its holdings). Kept
+/// by the slot itself, not in its `SlotState`, so it stays at hand while the
+/// state sits on the thread's lease stack.
+#[derive(Debug)]
+pub(crate) struct Yielder {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) alloc: Arc<AllocShared>,
+}
+
+impl Yielder {
+    /// One `Relaxed` load; the mutex only while yields are wanted.
+    pub(crate) fn should_yield(&self) -> bool {
+        if self.shared.yield_needed.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.shared.lock().should_yield(&self.alloc)
+    }
+}
+
 /// The accounting half of an acquired slot.
 #[derive(Debug, Default)]
 pub(crate) struct SlotState {
     pub(crate) shared: Option<Arc<Shared>>,
+    /// The allocation it was granted to (competing slots): its holdings
+    /// and owed yields are kept up to date by park, unpark and release.
+    pub(crate) alloc: Option<Arc<AllocShared>>,
     pub(crate) competing: bool,
     pub(crate) parked: bool,
+    /// The allocation's tenant: throttlers charge a thread's IO to it while
+    /// this slot is the thread's current lease.
+    pub(crate) tenant: Option<slotring_throttle::Tenant>,
 }
 
 impl SlotState {
-    pub(crate) fn new(shared: Option<Arc<Shared>>, competing: bool) -> Self {
+    pub(crate) fn new(
+        shared: Option<Arc<Shared>>,
+        alloc: Option<Arc<AllocShared>>,
+        competing: bool,
+    ) -> Self {
         Self {
             shared,
+            alloc,
             competing,
             parked: false,
+            tenant: None,
         }
     }
 
@@ -52,7 +88,7 @@ impl SlotState {
         if self.parked {
             return false;
         }
-        shared.lock().park(self.competing);
+        shared.lock().park(self.alloc.as_ref(), self.competing);
         self.parked = true;
         true
     }
@@ -62,7 +98,7 @@ impl SlotState {
         if !self.parked {
             return;
         }
-        shared.lock().unpark(self.competing);
+        shared.lock().unpark(self.alloc.as_ref(), self.competing);
         self.parked = false;
     }
 
@@ -78,7 +114,9 @@ impl SlotState {
 impl Drop for SlotState {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
-            shared.lock().release(self.competing, self.parked);
+            shared
+                .lock()
+                .release(self.alloc.as_ref(), self.competing, self.parked);
         }
     }
 }

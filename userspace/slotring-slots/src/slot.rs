@@ -12,7 +12,7 @@ use std::marker::PhantomData;
 use slotring_throttle::notify_lease_state;
 
 use crate::lease::{SlotLease, install_throttle_lease_hook, push_current, take_current};
-use crate::shared::SlotState;
+use crate::shared::{SlotState, Yielder};
 
 /// An acquired slot: held by one thread while it runs (ClickHouse's
 /// `IAcquiredSlot`). Dropping it returns the slot to the global budget (not
@@ -22,6 +22,8 @@ use crate::shared::SlotState;
 pub struct AcquiredSlot {
     slot_id: u64,
     state: SlotState,
+    /// Competing slots of an [`crate::Allocation`] only.
+    yielder: Option<Yielder>,
 }
 
 impl fmt::Debug for AcquiredSlot {
@@ -36,8 +38,39 @@ impl fmt::Debug for AcquiredSlot {
 
 impl AcquiredSlot {
     /// A slot numbered `slot_id` whose accounting is `state`.
-    pub(crate) fn new(slot_id: u64, state: SlotState) -> Self {
-        Self { slot_id, state }
+    pub(crate) fn new(slot_id: u64, state: SlotState, yielder: Option<Yielder>) -> Self {
+        Self {
+            slot_id,
+            state,
+            yielder,
+        }
+    }
+
+    /// The cooperative checkpoint (ClickHouse's CPU-lease preemption,
+    /// cooperatively): true while the budget is exceeded (it shrank below
+    /// the competing slots in use, borrows aside) and this slot's
+    /// allocation holds more than its fair share `max(1, budget / holding
+    /// allocations)`, beyond the yields it already promised. A `true` is a
+    /// promise: release this slot (drop it) at once and wait for a grant
+    /// like any other (`Allocation::acquire`); the allocation asks for the
+    /// slot again. Exactly as many holders are told to yield as the budget
+    /// is exceeded by.
+    ///
+    /// Cheap: one `Relaxed` atomic load while nothing needs to yield; the
+    /// core mutex only while yields are wanted. Always false for
+    /// non-competing and [`crate::GrantedAllocation`] slots (releasing them
+    /// frees no budget) and for a parked slot.
+    ///
+    /// Memory ordering: the load is a hint published after every change of
+    /// the budget or of the slots in use, under the mutex; the decision
+    /// and the promise are made under the mutex. A stale zero only delays
+    /// the yield to a later checkpoint (the store is visible eventually);
+    /// a stale non-zero costs one lock that answers no.
+    pub fn should_yield(&self) -> bool {
+        match &self.yielder {
+            Some(y) if !self.state.parked => y.should_yield(),
+            _ => false,
+        }
     }
 
     /// Unique within its allocation: 0, 1, 2, … in grant order (a query's
@@ -111,6 +144,12 @@ impl CurrentLease<'_> {
     /// The current slot's id.
     pub fn slot_id(&self) -> u64 {
         self.slot.slot_id()
+    }
+
+    /// [`AcquiredSlot::should_yield`] of the current slot. To yield, drop
+    /// this guard, then the slot.
+    pub fn should_yield(&self) -> bool {
+        self.slot.should_yield()
     }
 }
 

@@ -11,11 +11,18 @@
 //! * `borrowed ≤ cur − max` (so 0 once everything is released);
 //! * budget: `cur − borrowed ≤ max` while only fair schedulers were used and
 //!   `max` was never lowered;
-//! * slot ids are 0, 1, 2, … per allocation.
+//! * slot ids are 0, 1, 2, … per allocation;
+//! * yields: `should_yield` says yes exactly while `(cur − borrowed) −
+//!   budget` exceeds the yields already promised and the slot's allocation
+//!   holds more than `max(1, budget / holders)` beyond its promises; a
+//!   yielded slot's release makes its allocation ask for the slot again.
+//!
+//! "budget" is `min(max_concurrency, effective budget)` (`SetBudget` sets
+//! the adaptive effective budget, 7 standing for `UNLIMITED`).
 
 use proptest::prelude::*;
 use slotring_slots::{
-    AcquiredSlot, Allocation, ConcurrencyControl, Scheduler, SlotLease, SlotsCounters,
+    AcquiredSlot, Allocation, ConcurrencyControl, Scheduler, SlotLease, SlotsCounters, UNLIMITED,
 };
 
 #[derive(Debug, Clone)]
@@ -30,6 +37,8 @@ enum Op {
     Free(usize),
     DropAlloc(usize),
     SetMaxConcurrency(u64),
+    SetBudget(u64),
+    ShouldYield(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -49,6 +58,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => any::<usize>().prop_map(Op::Free),
         1 => any::<usize>().prop_map(Op::DropAlloc),
         1 => (0..7u64).prop_map(Op::SetMaxConcurrency),
+        2 => (0..8u64).prop_map(Op::SetBudget),
+        4 => any::<usize>().prop_map(Op::ShouldYield),
     ]
 }
 
@@ -66,6 +77,10 @@ struct MAlloc {
     counted: bool,
     in_w: bool,
     next_id: u64,
+    /// Competing slots held: granted-unacquired + acquired unparked.
+    held: u64,
+    /// Yields promised, not yet made.
+    owed: u64,
 }
 
 #[derive(Debug)]
@@ -98,6 +113,8 @@ impl List {
 #[derive(Debug, Default)]
 struct Model {
     max: u64,
+    cap: u64,
+    owed: u64,
     cur: u64,
     borrowed: u64,
     parked: u64,
@@ -110,11 +127,14 @@ struct Model {
 }
 
 impl Model {
+    fn limit(&self) -> u64 {
+        self.max.min(self.cap)
+    }
     fn available(&self) -> u64 {
-        self.max.saturating_sub(self.cur)
+        self.limit().saturating_sub(self.cur)
     }
     fn clamp(&mut self) {
-        self.borrowed = self.borrowed.min(self.cur.saturating_sub(self.max));
+        self.borrowed = self.borrowed.min(self.cur.saturating_sub(self.limit()));
     }
     fn emit(&mut self, a: usize, wanted: u64) {
         let avail = self.available();
@@ -147,6 +167,7 @@ impl Model {
         let m = &mut self.allocs[a];
         m.allocated += 1;
         m.granted += 1;
+        m.held += 1;
         m.allocated < m.limit
     }
     fn schedule(&mut self) {
@@ -157,7 +178,7 @@ impl Model {
         };
         for s in order {
             if s == 2 {
-                while self.cur < self.max {
+                while self.cur < self.limit() {
                     let Some(a) = (0..self.allocs.len())
                         .filter(|&i| {
                             self.allocs[i].in_w && self.allocs[i].kind == Scheduler::MaxMinFair
@@ -171,7 +192,7 @@ impl Model {
                     }
                 }
             } else {
-                while self.cur < self.max && !self.lists[s].v.is_empty() {
+                while self.cur < self.limit() && !self.lists[s].v.is_empty() {
                     if self.lists[s].cursor == self.lists[s].v.len() {
                         self.lists[s].cursor = 0;
                     }
@@ -213,6 +234,8 @@ impl Model {
             counted: false,
             in_w: false,
             next_id: 0,
+            held: granted,
+            owed: 0,
         });
         self.next_seq += 1;
         if allocated < limit {
@@ -263,6 +286,7 @@ impl Model {
         let m = &mut self.allocs[a];
         m.freed = true;
         let amount = std::mem::take(&mut m.granted);
+        m.held -= amount;
         m.nc = 0;
         let in_w = m.in_w;
         self.cur -= amount;
@@ -294,16 +318,32 @@ impl Model {
             m.next_id - 1,
         ))
     }
-    fn release(&mut self, s: &MSlot) {
+    fn release(&mut self, s: &MSlot, a: usize) {
         if s.parked {
             self.parked -= 1;
         } else if s.competing {
+            self.allocs[a].held -= 1;
+            if self.allocs[a].owed > 0 {
+                self.allocs[a].owed -= 1;
+                self.owed -= 1;
+                self.c.yields += 1;
+                if !self.allocs[a].freed {
+                    if self.allocs[a].in_w {
+                        self.remove_waiter(a);
+                    }
+                    let m = &mut self.allocs[a];
+                    m.allocated = m.allocated.saturating_sub(1);
+                    if m.allocated < m.limit {
+                        self.add_waiter(a);
+                    }
+                }
+            }
             self.cur -= 1;
             self.clamp();
             self.schedule();
         }
     }
-    fn park(&mut self, s: &mut MSlot) -> bool {
+    fn park(&mut self, s: &mut MSlot, a: usize) -> bool {
         if s.parked {
             return false;
         }
@@ -311,13 +351,14 @@ impl Model {
         self.parked += 1;
         self.c.parks += 1;
         if s.competing {
+            self.allocs[a].held -= 1;
             self.cur -= 1;
             self.clamp();
             self.schedule();
         }
         true
     }
-    fn unpark(&mut self, s: &mut MSlot) {
+    fn unpark(&mut self, s: &mut MSlot, a: usize) {
         if !s.parked {
             return;
         }
@@ -325,7 +366,8 @@ impl Model {
         self.parked -= 1;
         self.c.unparks += 1;
         if s.competing {
-            if self.cur >= self.max {
+            self.allocs[a].held += 1;
+            if self.cur >= self.limit() {
                 self.borrowed += 1;
                 self.c.unpark_borrows += 1;
             }
@@ -341,10 +383,40 @@ impl Model {
         self.clamp();
         self.schedule();
     }
+    fn set_budget(&mut self, v: u64) {
+        let old = self.limit();
+        self.cap = v.max(1);
+        if self.limit() < old {
+            self.fair_only_no_shrink = false;
+        }
+        self.clamp();
+        self.schedule();
+    }
+    fn should_yield(&mut self, s: &MSlot, a: usize) -> bool {
+        if !s.competing || s.parked {
+            return false;
+        }
+        let needed = (self.cur - self.borrowed)
+            .saturating_sub(self.limit())
+            .saturating_sub(self.owed);
+        if needed == 0 {
+            return false;
+        }
+        let holders = self.allocs.iter().filter(|m| m.held > 0).count() as u64;
+        let fair = (self.limit() / holders.max(1)).max(1);
+        let m = &mut self.allocs[a];
+        if m.held.saturating_sub(m.owed) <= fair {
+            return false;
+        }
+        m.owed += 1;
+        self.owed += 1;
+        true
+    }
     fn expected(&self) -> SlotsCounters {
         let live = self.allocs.iter().filter(|m| !m.freed);
         SlotsCounters {
             max_concurrency: self.max,
+            budget_effective: self.limit(),
             cur_concurrency: self.cur,
             allocations: live.clone().count() as u64,
             waiters: live.filter(|m| m.in_w).count() as u64,
@@ -360,6 +432,7 @@ fn run(ops: Vec<Op>, limit: u64) -> Result<(), TestCaseError> {
     cc.set_max_concurrency(limit);
     let mut m = Model {
         max: limit,
+        cap: UNLIMITED,
         sched: Scheduler::MaxMinFair,
         fair_only_no_shrink: true,
         ..Model::default()
@@ -396,21 +469,21 @@ fn run(ops: Vec<Op>, limit: u64) -> Result<(), TestCaseError> {
                 }
             }
             Op::DropSlot(i) if !slots.is_empty() => {
-                let (r, ms, _) = slots.swap_remove(i % slots.len());
+                let (r, ms, a) = slots.swap_remove(i % slots.len());
                 drop(r);
-                m.release(&ms);
+                m.release(&ms, a);
             }
             Op::Park(i) if !slots.is_empty() => {
                 let n = slots.len();
-                let (r, ms, _) = &mut slots[i % n];
+                let (r, ms, a) = &mut slots[i % n];
                 let parked = r.park();
-                prop_assert_eq!(parked, m.park(ms));
+                prop_assert_eq!(parked, m.park(ms, *a));
             }
             Op::Unpark(i) if !slots.is_empty() => {
                 let n = slots.len();
-                let (r, ms, _) = &mut slots[i % n];
+                let (r, ms, a) = &mut slots[i % n];
                 r.unpark();
-                m.unpark(ms);
+                m.unpark(ms, *a);
             }
             Op::SetMax(i, n) => {
                 if let Some(a) = live(&allocs, i) {
@@ -435,7 +508,24 @@ fn run(ops: Vec<Op>, limit: u64) -> Result<(), TestCaseError> {
                 cc.set_max_concurrency(v);
                 m.set_max_concurrency(v);
             }
-            Op::DropSlot(_) | Op::Park(_) | Op::Unpark(_) => {}
+            Op::SetBudget(v) => {
+                let v = if v == 7 { UNLIMITED } else { v };
+                cc.set_effective_budget(v);
+                m.set_budget(v);
+            }
+            Op::ShouldYield(i) if !slots.is_empty() => {
+                let n = slots.len();
+                let (r, ms, a) = &slots[i % n];
+                let real = r.should_yield();
+                prop_assert_eq!(real, m.should_yield(ms, *a), "should_yield");
+                if real {
+                    // The contract: release at once, wait like any other.
+                    let (r, ms, a) = slots.swap_remove(i % n);
+                    drop(r);
+                    m.release(&ms, a);
+                }
+            }
+            Op::DropSlot(_) | Op::Park(_) | Op::Unpark(_) | Op::ShouldYield(_) => {}
         }
         check(&cc, &m, &allocs, &slots)?;
     }
@@ -485,15 +575,16 @@ fn check(
     );
     if c.waiters > 0 {
         prop_assert!(
-            c.cur_concurrency >= c.max_concurrency,
+            c.cur_concurrency >= c.budget_effective,
             "stranded waiter: {:?}",
             c
         );
     }
-    prop_assert!(c.borrowed <= c.cur_concurrency.saturating_sub(c.max_concurrency));
+    prop_assert!(c.borrowed <= c.cur_concurrency.saturating_sub(c.budget_effective));
+    prop_assert!(c.budget_effective >= 1 && c.budget_effective <= c.max_concurrency);
     if m.fair_only_no_shrink {
         prop_assert!(
-            c.cur_concurrency - c.borrowed <= c.max_concurrency,
+            c.cur_concurrency - c.borrowed <= c.budget_effective,
             "budget: {:?}",
             c
         );

@@ -159,7 +159,31 @@ pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
         counter_set_families(&series, &mut out);
     }
     counter_set_families(&[(vec![], s.slots)], &mut out);
+    if let Some(a) = s.adaptive {
+        counter_set_families(&[(vec![], a)], &mut out);
+    }
     counter_set_families(&[(vec![], s.uring)], &mut out);
+    // Tenants: the top ones by bytes and `other` (bounded cardinality).
+    if !s.tenants.is_empty() {
+        let top = crate::snapshot::top_tenants(&s.tenants, crate::snapshot::TENANT_SERIES);
+        let series = |f: &dyn Fn(&crate::snapshot::TenantStat) -> f64| {
+            top.iter()
+                .map(|t| counter_metric(f(t), &[("tenant", t.name.as_str())]))
+                .collect()
+        };
+        out.push(family(
+            "slotring_tenant_bytes_total",
+            "Bytes charged to throttlers as this tenant (the top tenants by bytes; `other` sums the rest, so it may step down when a tenant enters the top).",
+            MetricType::COUNTER,
+            series(&|t| t.charged as f64),
+        ));
+        out.push(family(
+            "slotring_tenant_wait_seconds_total",
+            "Time this tenant's requests waited on throttlers (same series as slotring_tenant_bytes_total).",
+            MetricType::COUNTER,
+            series(&|t| secs_ns(t.wait_ns)),
+        ));
+    }
     // Kernel probes.
     out.push(gauge(
         "slotring_probes_attached",
@@ -247,13 +271,65 @@ enum Source {
     /// Another process's pinned maps.
     #[cfg(feature = "bpf")]
     Pinned(crate::pinned::PinnedMaps),
+    /// Every instance under a pin root.
+    #[cfg(feature = "bpf")]
+    Instances(std::path::PathBuf),
 }
+
+/// The label naming the instance (its pin directory name) on every series
+/// of [`SlotringCollector::pinned_instances`]. Not `instance`: Prometheus
+/// sets that one to the scrape target (and would rename ours to
+/// `exported_instance`).
+pub const INSTANCE_LABEL: &str = "slotring_instance";
+
+/// The families of a stale instance (its process is gone): only
+/// `slotring_probes_attached 0`, no frozen counters.
+#[cfg(feature = "bpf")]
+fn stale_families() -> Vec<MetricFamily> {
+    families(&Snapshot::default())
+        .into_iter()
+        .filter(|f| f.name() == "slotring_probes_attached")
+        .collect()
+}
+
+/// The families of one pinned instance: its snapshot, or (stale, or
+/// unreadable) `slotring_probes_attached 0` alone.
+#[cfg(feature = "bpf")]
+fn pinned_families(maps: &crate::pinned::PinnedMaps) -> Result<Vec<MetricFamily>, ()> {
+    if maps.liveness().map_err(drop)?.is_stale() {
+        return Ok(stale_families());
+    }
+    maps.snapshot().map(|s| families(&s)).map_err(drop)
+}
+
+/// Merge `fams` into `into` (one family per name), with `label = value`
+/// first on every series.
+#[cfg(feature = "bpf")]
+fn merge_labelled(into: &mut Vec<MetricFamily>, fams: Vec<MetricFamily>, label: &str, value: &str) {
+    for mut f in fams {
+        let mut metrics = f.take_metric();
+        for m in metrics.iter_mut() {
+            let mut l = labels(&[(label, value)]);
+            l.extend(m.take_label());
+            m.set_label(l);
+        }
+        match into.iter_mut().find(|g| g.name() == f.name()) {
+            Some(g) => g.mut_metric().extend(metrics),
+            None => {
+                f.set_metric(metrics);
+                into.push(f);
+            }
+        }
+    }
+}
+
+const PINNED_UP_NAME: &str = "slotring_exporter_up";
 
 /// The gauge a pinned-map collector adds: whether the maps could be read.
 #[cfg(feature = "bpf")]
 const PINNED_UP: (&str, &str) = (
-    "slotring_exporter_up",
-    "1 when the pinned maps could be read.",
+    PINNED_UP_NAME,
+    "1 when the pinned maps (or the pin root) could be read.",
 );
 
 impl std::fmt::Debug for SlotringCollector {
@@ -269,7 +345,7 @@ impl SlotringCollector {
     pub fn new(snapshot: impl Fn() -> Snapshot + Send + Sync + 'static) -> Self {
         Self {
             source: Source::Live(Box::new(snapshot)),
-            descs: every_desc(&[]),
+            descs: every_desc(&[], None),
         }
     }
 
@@ -281,7 +357,22 @@ impl SlotringCollector {
     pub fn pinned(maps: crate::pinned::PinnedMaps) -> Self {
         Self {
             source: Source::Pinned(maps),
-            descs: every_desc(&[PINNED_UP]),
+            descs: every_desc(&[PINNED_UP], None),
+        }
+    }
+
+    /// Collect every instance pinned under `root` (see
+    /// [`crate::pinned::instances`]), each series labelled
+    /// [`INSTANCE_LABEL`]`="<directory name>"`. A stale instance (its
+    /// process is gone) reports only `slotring_probes_attached 0`, as does
+    /// one whose maps cannot be read. `slotring_exporter_up` is 1 when at
+    /// least one instance could be read (0: no root, no instance, or no
+    /// permission).
+    #[cfg(feature = "bpf")]
+    pub fn pinned_instances(root: impl Into<std::path::PathBuf>) -> Self {
+        Self {
+            source: Source::Instances(root.into()),
+            descs: every_desc(&[PINNED_UP], Some(INSTANCE_LABEL)),
         }
     }
 }
@@ -289,21 +380,28 @@ impl SlotringCollector {
 /// The descriptor of every family any snapshot can produce (a snapshot with
 /// one throttler and the kernel part has them all), so that the registry can
 /// reject a name clash with the service's own metrics at registration.
-fn every_desc(gauges: &[(&str, &str)]) -> Vec<prometheus::core::Desc> {
+fn every_desc(gauges: &[(&str, &str)], label: Option<&str>) -> Vec<prometheus::core::Desc> {
     let full = Snapshot {
         throttlers: vec![crate::snapshot::NamedThrottler::default()],
         kernel: Some(crate::snapshot::KernelSnapshot::default()),
+        tenants: vec![crate::snapshot::TenantStat::default()],
+        adaptive: Some(slotring_slots::AdaptiveCounters::default()),
         ..Snapshot::default()
     };
     let mut all = families(&full);
     all.extend(gauges.iter().map(|(name, help)| gauge(name, help, 0.0)));
     all.iter()
         .map(|f| {
-            let labels = f
+            let mut labels: Vec<String> = f
                 .get_metric()
                 .first()
                 .map(|m| m.get_label().iter().map(|l| l.name().to_owned()).collect())
                 .unwrap_or_default();
+            if let Some(l) = label
+                && f.name() != PINNED_UP_NAME
+            {
+                labels.insert(0, l.to_owned());
+            }
             prometheus::core::Desc::new(
                 f.name().to_owned(),
                 f.help().to_owned(),
@@ -326,14 +424,34 @@ impl prometheus::core::Collector for SlotringCollector {
             #[cfg(feature = "bpf")]
             Source::Pinned(maps) => {
                 let (name, help) = PINNED_UP;
-                match maps.snapshot() {
-                    Ok(s) => {
-                        let mut f = families(&s);
+                match pinned_families(maps) {
+                    Ok(mut f) => {
                         f.push(gauge(name, help, 1.0));
                         f
                     }
-                    Err(_) => vec![gauge(name, help, 0.0)],
+                    Err(()) => vec![gauge(name, help, 0.0)],
                 }
+            }
+            #[cfg(feature = "bpf")]
+            Source::Instances(root) => {
+                let (name, help) = PINNED_UP;
+                let Ok(list) = crate::pinned::instances(root) else {
+                    return vec![gauge(name, help, 0.0)];
+                };
+                let mut out = Vec::new();
+                let mut read = false;
+                for inst in &list {
+                    let fams = match pinned_families(&inst.maps) {
+                        Ok(f) => {
+                            read = true;
+                            f
+                        }
+                        Err(()) => stale_families(),
+                    };
+                    merge_labelled(&mut out, fams, INSTANCE_LABEL, &inst.name);
+                }
+                out.push(gauge(name, help, if read { 1.0 } else { 0.0 }));
+                out
             }
         }
     }
@@ -411,10 +529,67 @@ mod tests {
     }
 
     #[test]
+    fn adaptive_budget_families_only_with_a_loop() {
+        let s = Snapshot {
+            slots: SlotsCounters {
+                max_concurrency: 4,
+                budget_effective: 2,
+                ..Default::default()
+            },
+            adaptive: Some(slotring_slots::AdaptiveCounters {
+                adaptive: 1,
+                budget: 2,
+                runq_share_bp: 1250,
+                runq_us: 500_000,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = encode(&s);
+        assert!(
+            text.contains("slotring_slots_budget_effective 2\n"),
+            "{text}"
+        );
+        assert!(text.contains("slotring_slots_adaptive_enabled 1\n"));
+        assert!(text.contains("slotring_slots_adaptive_runq_share_basis_points 1250\n"));
+        assert!(text.contains("slotring_slots_adaptive_runq_seconds_total 0.5\n"));
+        let none = encode(&Snapshot::default());
+        assert!(none.contains("slotring_slots_budget_effective"));
+        assert!(!none.contains("slotring_slots_adaptive_"));
+    }
+
+    #[test]
     fn no_kernel_means_no_kernel_families() {
         let text = encode(&Snapshot::default());
         assert!(text.contains("slotring_probes_attached 0\n"));
         assert!(!text.contains("slotring_parked_oncpu_seconds_total"));
         assert!(!text.contains("slotring_throttler_bytes_total"));
+    }
+
+    #[test]
+    fn tenants_export_the_top_ones_and_other() {
+        let s = Snapshot {
+            tenants: (0..50u64)
+                .map(|i| crate::snapshot::TenantStat {
+                    name: format!("q{i}"),
+                    charged: i << 20,
+                    wait_ns: 500_000_000,
+                })
+                .collect(),
+            ..Snapshot::default()
+        };
+        let text = encode(&s);
+        assert!(
+            text.contains("slotring_tenant_bytes_total{tenant=\"q49\"} 51380224\n"),
+            "{text}"
+        );
+        assert!(text.contains("slotring_tenant_wait_seconds_total{tenant=\"q40\"} 0.5\n"));
+        assert!(!text.contains("tenant=\"q39\""), "outside the top 10");
+        let other: u64 = (0..40u64).map(|i| i << 20).sum();
+        assert!(text.contains(&format!(
+            "slotring_tenant_bytes_total{{tenant=\"other\"}} {other}\n"
+        )));
+        assert_eq!(text.matches("slotring_tenant_bytes_total{").count(), 11);
+        assert!(!encode(&Snapshot::default()).contains("slotring_tenant_"));
     }
 }

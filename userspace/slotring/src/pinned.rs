@@ -1,10 +1,15 @@
 //! Read the pinned BPF maps of any process that embeds slotring.
 //!
-//! A process that loads `slotring-bpf` pins its maps under a directory
-//! (default `/sys/fs/bpf/slotring/`): `throttle`, `slots`, `uring` (the
-//! counters, map name = metric name), `lease` and `thread_acct` (per-thread
-//! lease clocks and kernel accounting), `hist_park_cpu` and `hist_unpark_rq`.
-//! [`PinnedMaps`] opens them by path (like `bpftool map dump pinned …`),
+//! A process that loads `slotring-bpf` pins its maps in its own instance
+//! directory under a root (default `/sys/fs/bpf/slotring/<pid>/`, or
+//! `<root>/<instance name>/`): `owner` (pid and start time of the process),
+//! `throttle`, `slots`, `uring` (the counters, map name = metric name),
+//! `lease` and `thread_acct` (per-thread lease clocks and kernel
+//! accounting), `hist_park_cpu` and `hist_unpark_rq`. [`instances`] lists
+//! the instance directories of a root with their [`Liveness`] (a process
+//! killed with `kill -9` leaves stale pins: its pid is gone or reused), and
+//! [`select`] picks one for a reader. [`PinnedMaps`] opens one instance's
+//! maps by path (like `bpftool map dump pinned …`),
 //! decodes every value with the `slotring-bpf` ABI mirrors (the counter
 //! structs themselves for `slots` and `uring`) and builds a
 //! [`Snapshot`] for `slotring stats` and `slotring exporter`. Each read is
@@ -14,15 +19,18 @@ use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, Map, MapData};
 use slotring_bpf::abi::{HIST_SLOTS, LeaseSlot, ThreadAcct, ThrottleStats};
-use slotring_bpf::{AbiStruct, Hist};
+use slotring_bpf::{AbiStruct, Hist, Owner};
 use slotring_slots::SlotsCounters;
 use slotring_throttle::LeaseState;
 use slotring_uring::UringCounters;
 
 use crate::snapshot::{HIST_BUCKETS, KernelSnapshot, NamedThrottler, Snapshot};
 
-/// The default pin directory of `slotring-bpf`.
-pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/slotring";
+pub use slotring_bpf::pins::Liveness;
+
+/// The default pin root of `slotring-bpf` (instances pin in directories
+/// under it).
+pub const DEFAULT_PIN_DIR: &str = slotring_bpf::DEFAULT_PIN_ROOT;
 
 const _: () = assert!(HIST_SLOTS == HIST_BUCKETS);
 
@@ -45,6 +53,47 @@ pub enum PinnedError {
         path: PathBuf,
         /// The OS error.
         source: std::io::Error,
+    },
+    /// Listing the instances of a pin root, or reading an owner record,
+    /// failed (often: permission denied).
+    #[error("reading the slotring instances under {path} failed")]
+    Instances {
+        /// The pin root or instance directory.
+        path: PathBuf,
+        /// The cause.
+        source: slotring_bpf::BpfError,
+    },
+    /// No instance directory under the root (or none by that name).
+    #[error(
+        "no slotring instance under {root}{} (is a process using slotring with probes running? see --pin-dir)",
+        .name.as_ref().map(|n| format!(" named {n:?}")).unwrap_or_default()
+    )]
+    NoInstance {
+        /// The pin root.
+        root: PathBuf,
+        /// The instance asked for.
+        name: Option<String>,
+    },
+    /// The instance's pins are left by a process that no longer runs: the
+    /// counters are frozen and no probe is attached.
+    #[error(
+        "the pins in {path} are stale: their owner, process {pid}, no longer runs ({liveness})"
+    )]
+    Stale {
+        /// The instance directory.
+        path: PathBuf,
+        /// The owner's pid.
+        pid: u64,
+        /// Gone or pid reused.
+        liveness: Liveness,
+    },
+    /// Several live instances and none chosen.
+    #[error("{} live slotring instances under {root} ({}): choose one with --instance", .names.len(), .names.join(", "))]
+    Ambiguous {
+        /// The pin root.
+        root: PathBuf,
+        /// Their names.
+        names: Vec<String>,
     },
     /// Opening or reading the map failed (often: not root / no CAP_BPF).
     #[error("reading pinned map {path} failed")]
@@ -174,6 +223,37 @@ impl PinnedMaps {
         &self.dir
     }
 
+    /// The owner record (`None` when the instance pinned none).
+    pub fn owner(&self) -> Result<Option<Owner>, PinnedError> {
+        slotring_bpf::pins::read_owner(&self.dir.join(slotring_bpf::pins::OWNER_MAP)).map_err(
+            |source| PinnedError::Instances {
+                path: self.dir.clone(),
+                source,
+            },
+        )
+    }
+
+    /// Whether the process that pinned these maps still runs.
+    pub fn liveness(&self) -> Result<Liveness, PinnedError> {
+        Ok(self.owner()?.map_or(Liveness::Unknown, |o| o.liveness()))
+    }
+
+    /// `Ok` unless the owner is provably gone ([`PinnedError::Stale`]): a
+    /// reader calls it after reading, so frozen counters of a killed
+    /// process are never shown as live.
+    pub fn check_live(&self) -> Result<(), PinnedError> {
+        let owner = self.owner()?;
+        let liveness = owner.map_or(Liveness::Unknown, |o| o.liveness());
+        if liveness.is_stale() {
+            return Err(PinnedError::Stale {
+                path: self.dir.clone(),
+                pid: owner.map_or(0, |o| o.pid),
+                liveness,
+            });
+        }
+        Ok(())
+    }
+
     /// Named throttlers (entries with an empty name are unused).
     pub fn throttlers(&self) -> Result<Vec<NamedThrottler>, PinnedError> {
         Ok(read_all::<ThrottleStats>(&self.dir, "throttle")?
@@ -238,8 +318,88 @@ impl PinnedMaps {
             slots: self.slots()?,
             uring: self.uring()?,
             kernel: Some(self.kernel()?),
+            // Tenants live in the process that made them: not pinned.
+            tenants: Vec::new(),
+            adaptive: None,
         })
     }
+}
+
+/// One instance directory under a pin root.
+#[derive(Debug, Clone)]
+pub struct Instance {
+    /// The directory name (the instance name, by default the owner's pid).
+    pub name: String,
+    /// Its maps.
+    pub maps: PinnedMaps,
+    /// The owner record, when pinned.
+    pub owner: Option<Owner>,
+    /// Whether the owner still runs.
+    pub liveness: Liveness,
+}
+
+impl Instance {
+    /// `Ok` when live (or not judgeable), [`PinnedError::Stale`] otherwise.
+    pub fn check_live(&self) -> Result<(), PinnedError> {
+        if self.liveness.is_stale() {
+            return Err(PinnedError::Stale {
+                path: self.maps.dir.clone(),
+                pid: self.owner.map_or(0, |o| o.pid),
+                liveness: self.liveness,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Every instance directory under `root`, sorted by name, live or stale.
+pub fn instances(root: &Path) -> Result<Vec<Instance>, PinnedError> {
+    let list = slotring_bpf::pins::instances(root).map_err(|source| PinnedError::Instances {
+        path: root.to_owned(),
+        source,
+    })?;
+    Ok(list
+        .into_iter()
+        .map(|d| Instance {
+            name: d.name,
+            maps: PinnedMaps::new(d.path),
+            owner: d.owner,
+            liveness: d.liveness,
+        })
+        .collect())
+}
+
+/// The instance a reader should use: the one named `name`, or else the
+/// only live one. A stale choice is [`PinnedError::Stale`] (when nothing
+/// live is left, the newest stale one is named), several live ones without
+/// a name are [`PinnedError::Ambiguous`].
+pub fn select(root: &Path, name: Option<&str>) -> Result<Instance, PinnedError> {
+    let all = instances(root)?;
+    let chosen = match name {
+        Some(n) => all.into_iter().find(|i| i.name == n),
+        None => {
+            let (live, stale): (Vec<_>, Vec<_>) =
+                all.into_iter().partition(|i| !i.liveness.is_stale());
+            match live.len() {
+                0 => stale
+                    .into_iter()
+                    .max_by_key(|i| i.owner.map_or(0, |o| o.start_time)),
+                1 => live.into_iter().next(),
+                _ => {
+                    return Err(PinnedError::Ambiguous {
+                        root: root.to_owned(),
+                        names: live.into_iter().map(|i| i.name).collect(),
+                    });
+                }
+            }
+        }
+    };
+    let chosen = chosen.ok_or_else(|| PinnedError::NoInstance {
+        root: root.to_owned(),
+        name: name.map(str::to_owned),
+    })?;
+    chosen.check_live()?;
+    Ok(chosen)
 }
 
 /// Sum per-thread states into a [`KernelSnapshot`].

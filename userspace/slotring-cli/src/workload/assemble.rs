@@ -5,15 +5,17 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use slotring::bpf::{ProbeStatus, SlotringBpf, Verdict, VerifyConfig};
-use slotring::throttle::Throttler;
+use slotring::throttle::{Tenant, Throttler};
 
-use super::counters::{FailedReads, io_report, slots_report, throttle_report};
+use slotring::slots::AdaptiveCounters;
+
+use super::counters::{FailedReads, budget_report, io_report, slots_report, throttle_report};
 use super::lock;
 use super::sampler::Sampled;
 use super::workers::Live;
 use crate::report::{
-    DataFile, FailingThread, FairnessReport, KernelReport, KernelVerdict, ProcessReport, QueryKind,
-    QueryReport, Report, jain,
+    DataFile, FailingThread, FairnessReport, KernelReport, KernelVerdict, LatencyReport,
+    ProcessReport, QueryKind, QueryReport, Report, jain,
 };
 
 /// Everything the report is made of, once every query thread is done.
@@ -42,6 +44,10 @@ pub(super) struct Finished<'a> {
     pub cpu_s: f64,
     /// Where `/metrics` was served.
     pub metrics_addr: Option<String>,
+    /// Run-queue and on-CPU ns of running leases over the run (probes).
+    pub runq: Option<(u64, u64)>,
+    /// The adaptive budget loop's last state, when one ran.
+    pub adaptive: Option<AdaptiveCounters>,
 }
 
 /// Assemble the report.
@@ -89,6 +95,7 @@ pub(super) fn report(f: Finished<'_>) -> Report {
             },
             samples: s.jain_samples,
         },
+        short_latency_ms: short_latency(&queries),
         queries,
         kernel: f.kernel,
         process: ProcessReport {
@@ -97,13 +104,50 @@ pub(super) fn report(f: Finished<'_>) -> Report {
             cpu_s: f.cpu_s,
         },
         metrics_addr: f.metrics_addr,
+        adaptive: budget_report(
+            cfg,
+            &s.timeline.budget,
+            f.runq,
+            f.adaptive,
+            &live.cc.counters(),
+        ),
         timeline: f.sampled.timeline,
+    }
+}
+
+/// Short queries' duration percentiles (nearest rank).
+fn short_latency(queries: &[QueryReport]) -> LatencyReport {
+    let mut ms: Vec<f64> = queries
+        .iter()
+        .filter(|q| q.kind == QueryKind::Short)
+        .map(|q| (q.end_s - q.start_s) * 1e3)
+        .collect();
+    ms.sort_by(f64::total_cmp);
+    let pct = |p: f64| {
+        if ms.is_empty() {
+            f64::NAN
+        } else {
+            ms[((ms.len() - 1) as f64 * p).round() as usize]
+        }
+    };
+    LatencyReport {
+        count: ms.len() as u64,
+        p50: pct(0.50),
+        p99: pct(0.99),
     }
 }
 
 /// One line per query, times relative to the start of the queries.
 fn query_reports(live: &Live) -> Vec<QueryReport> {
-    lock(&live.queries)
+    let queries = lock(&live.queries);
+    // The scans' shares of the disk throttler, beside their weights' shares.
+    let (scan_disk, scan_weights) = queries
+        .iter()
+        .filter_map(|q| q.tenant.as_ref())
+        .fold((0u64, 0u32), |(b, w), t| {
+            (b.saturating_add(t.charged()), w + t.weight())
+        });
+    queries
         .iter()
         .map(|q| {
             let end = lock(&q.end).unwrap_or_else(Instant::now);
@@ -118,6 +162,16 @@ fn query_reports(live: &Live) -> Vec<QueryReport> {
                 mean_slots: q.held_sum.load(Ordering::Relaxed) as f64 / samples.max(1) as f64,
                 max_slots: q.max_held.load(Ordering::Relaxed),
                 slot_wait_s: q.slot_wait_ns.load(Ordering::Relaxed) as f64 / 1e9,
+                threads: (q.kind == QueryKind::Scan).then(|| live.cfg.scan_width(q.id - 1)),
+                disk_bytes: q.tenant.as_ref().map(Tenant::charged),
+                disk_share_pct: q
+                    .tenant
+                    .as_ref()
+                    .map(|t| 100.0 * t.charged() as f64 / scan_disk.max(1) as f64),
+                fair_share_pct: q
+                    .tenant
+                    .as_ref()
+                    .map(|t| 100.0 * f64::from(t.weight()) / f64::from(scan_weights.max(1))),
             }
         })
         .collect()

@@ -2,13 +2,13 @@
 //! library's counter structs (`UringCounters`, `SlotsCounters`,
 //! `ThrottleCounters`): copying the counters the report shows into it.
 
-use slotring::slots::SlotsCounters;
+use slotring::slots::{AdaptiveCounters, SlotsCounters};
 use slotring::throttle::Throttler;
 use slotring::uring::UringCounters;
 
 use super::engines::Choice;
 use crate::config::RunConfig;
-use crate::report::{IoReport, SlotsReport, ThrottlerReport};
+use crate::report::{BudgetReport, IoReport, SlotsReport, ThrottlerReport};
 
 /// The engine section of the report.
 pub(super) fn io_report(uring: &UringCounters, choice: Choice, failed: FailedReads) -> IoReport {
@@ -67,6 +67,55 @@ pub(super) fn debt_now(t: &Throttler) -> u64 {
         0
     } else {
         u64::try_from((-tokens) / slotring::throttle::NANO_PER_TOKEN).unwrap_or(u64::MAX)
+    }
+}
+
+/// The budget section of the report: the effective budget sampled over the
+/// run (`series`), the running leases' run-queue and on-CPU ns (`runq`,
+/// with probes) and the adaptive loop's last state (`status`, when one ran).
+pub(super) fn budget_report(
+    cfg: &RunConfig,
+    series: &[u64],
+    runq: Option<(u64, u64)>,
+    status: Option<AdaptiveCounters>,
+    slots: &SlotsCounters,
+) -> BudgetReport {
+    let mode = match (&status, cfg.adaptive_budget) {
+        (Some(s), _) if s.probe_losses > 0 => "adaptive until the probes went away, then static",
+        (Some(s), _) if s.adaptive == 1 => "adaptive",
+        (_, true) => "static (no kernel probes)",
+        (_, false) => "static",
+    };
+    let n = series.len().max(1) as f64;
+    let (runq_ns, on_cpu_ns) = runq.unwrap_or_default();
+    BudgetReport {
+        adaptive_budget: cfg.adaptive_budget,
+        mode: mode.into(),
+        ceiling: slots.max_concurrency,
+        // An unlimited budget (u64::MAX) has no mean.
+        budget_mean: if series.contains(&u64::MAX) {
+            f64::NAN
+        } else {
+            series.iter().map(|&b| b as f64).sum::<f64>() / n
+        },
+        budget_min: series
+            .iter()
+            .copied()
+            .min()
+            .unwrap_or(slots.budget_effective),
+        budget_max: series
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(slots.budget_effective),
+        runq_share_pct: if runq_ns + on_cpu_ns == 0 {
+            f64::NAN
+        } else {
+            runq_ns as f64 * 100.0 / (runq_ns + on_cpu_ns) as f64
+        },
+        yields: slots.yields,
+        windows: status.map_or(0, |s| s.windows),
+        probe_losses: status.map_or(0, |s| s.probe_losses),
     }
 }
 

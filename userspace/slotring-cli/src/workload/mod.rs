@@ -43,6 +43,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use slotring::bpf::{RunqProbe, SlotringBpf};
 use slotring::slots::SlotsError;
 use slotring::throttle::ThrottleError;
 use slotring::uring::UringError;
@@ -109,6 +110,12 @@ pub enum RunError {
         /// Why.
         source: SlotsError,
     },
+    /// The adaptive budget's configuration was refused.
+    #[error("configuring the adaptive CPU slot budget")]
+    Adaptive {
+        /// Why.
+        source: SlotsError,
+    },
     /// A query thread could not be started.
     #[error("spawning thread {name}")]
     Spawn {
@@ -146,6 +153,13 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let cc = setup::slots(cfg);
     // Kernel probes before any query thread reports a lease state.
     let (bpf, unpin_on_abort) = setup::probes(cfg);
+    let mut adaptive = setup::adaptive_budget(cfg, &cc, bpf.as_ref())?;
+    // The running leases' run-queue share over the whole run, static or
+    // adaptive (for the report).
+    let mut runq = bpf.as_ref().map(SlotringBpf::runq_probe);
+    if let Some(p) = runq.as_mut() {
+        let _ = p.sample();
+    }
     let mut progress = progress::Progress::new(opts.progress);
     let engines = engines::Engines::new(cfg.engine);
 
@@ -184,7 +198,14 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let workers = workers::start(&live, &mut progress)?;
 
     // 3. The sampler runs on this thread until every query thread is done.
-    let mut sampler = sampler::Sampler::new(&live, &write, bpf.as_ref(), &progress, published);
+    let mut sampler = sampler::Sampler::new(
+        &live,
+        &write,
+        bpf.as_ref(),
+        adaptive.as_ref(),
+        &progress,
+        published,
+    );
     sampler.run_until_stopping();
     workers.join();
     let elapsed = start.elapsed().as_secs_f64();
@@ -197,6 +218,11 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     drop(server);
 
     // 4. Report.
+    let runq = runq.as_mut().and_then(RunqProbe::sample);
+    let adaptive = adaptive.as_mut().map(|a| {
+        a.stop();
+        a.status()
+    });
     let kernel = assemble::kernel_report(bpf.as_ref(), cfg.probes);
     drop(unpin_on_abort);
     drop(bpf); // detaches the probes and removes the pins
@@ -223,5 +249,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         kernel,
         cpu_s,
         metrics_addr,
+        runq,
+        adaptive,
     }))
 }

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use prometheus::IntCounter;
-use slotring::bpf::{SlotringBpf, ThrottleStats};
+use slotring::bpf::{AdaptiveBudget, SlotringBpf, ThrottleStats};
 use slotring::metrics::SlotringCollector;
 use slotring::pinned::{self, ThreadState};
-use slotring::snapshot::{KernelSnapshot, NamedThrottler, Snapshot};
-use slotring::throttle::Throttler;
+use slotring::snapshot::{KernelSnapshot, NamedThrottler, Snapshot, TenantStat};
+use slotring::throttle::{Tenant, Throttler};
 
 use super::progress::Progress;
 use super::workers::Live;
@@ -102,12 +102,15 @@ pub(super) struct Sampler<'a> {
     live: &'a Live,
     write: &'a Throttler,
     bpf: Option<&'a SlotringBpf>,
+    adaptive: Option<&'a AdaptiveBudget>,
     progress: &'a Progress,
     published: Published,
     out: Sampled,
     last_t: f64,
     last_amount: u64,
     last_cache: u64,
+    /// Each scan's tenant bytes at the previous sample.
+    last_scan_disk: Vec<u64>,
 }
 
 impl<'a> Sampler<'a> {
@@ -118,6 +121,7 @@ impl<'a> Sampler<'a> {
         live: &'a Live,
         write: &'a Throttler,
         bpf: Option<&'a SlotringBpf>,
+        adaptive: Option<&'a AdaptiveBudget>,
         progress: &'a Progress,
         published: Published,
     ) -> Self {
@@ -125,11 +129,13 @@ impl<'a> Sampler<'a> {
             live,
             write,
             bpf,
+            adaptive,
             progress,
             published,
             out: Sampled {
                 timeline: Timeline {
                     scan_slots: vec![Vec::new(); live.cfg.scans as usize],
+                    scan_disk_bytes_per_s: vec![Vec::new(); live.cfg.scans as usize],
                     ..Timeline::default()
                 },
                 jain_sum: 0.0,
@@ -139,6 +145,7 @@ impl<'a> Sampler<'a> {
             last_t: 0.0,
             last_amount: live.read.counters().amount,
             last_cache: live.engines.total().page_cache_bytes,
+            last_scan_disk: vec![0; live.cfg.scans as usize],
         }
     }
 
@@ -186,6 +193,11 @@ impl<'a> Sampler<'a> {
             match q.kind {
                 QueryKind::Scan => {
                     timeline.scan_slots[si].push(held);
+                    // The scan's disk rate: bytes charged as its tenant.
+                    let disk = q.tenant.as_ref().map_or(0, Tenant::charged);
+                    timeline.scan_disk_bytes_per_s[si]
+                        .push(disk.saturating_sub(self.last_scan_disk[si]) as f64 / dt);
+                    self.last_scan_disk[si] = disk;
                     si += 1;
                     if q.live() {
                         scan_live.push(held as f64);
@@ -205,6 +217,7 @@ impl<'a> Sampler<'a> {
         timeline.short_slots.push(short);
         timeline.slots_in_use.push(slots.cur_concurrency);
         timeline.leases_parked.push(slots.parked);
+        timeline.budget.push(slots.budget_effective);
         self.out.peak_threads = self.out.peak_threads.max(process_threads());
         // Publish: BPF maps and /metrics.
         let throttlers = vec![
@@ -237,6 +250,11 @@ impl<'a> Sampler<'a> {
             slots,
             uring,
             kernel: self.bpf.and_then(kernel_snapshot),
+            tenants: queries
+                .iter()
+                .filter_map(|q| q.tenant.as_ref().map(TenantStat::of))
+                .collect(),
+            adaptive: self.adaptive.map(AdaptiveBudget::status),
         };
         self.progress.update(t, disk_rate, &slots);
     }

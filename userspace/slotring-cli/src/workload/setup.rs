@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use indicatif::ProgressBar;
-use slotring::bpf::{BpfConfig, SlotringBpf};
-use slotring::slots::ConcurrencyControl;
+use slotring::bpf::{AdaptiveBudget, BpfConfig, SlotringBpf};
+use slotring::slots::{AdaptiveConfig, ConcurrencyControl};
 use slotring::throttle::{ThrottlePtr, Throttler};
 use slotring::uring::UringFile;
 
@@ -364,6 +364,12 @@ pub(super) fn probes(cfg: &RunConfig) -> (Option<SlotringBpf>, Option<crate::abo
             SlotringBpf::degraded(e)
         }
     };
+    for dir in b.removed_stale() {
+        eprintln!(
+            "slotring: removed stale pins {} (their process is gone)",
+            dir.display()
+        );
+    }
     let abort = abort_unpins(&b, cfg, pin_dir_existed);
     slotring::bpf::install_observer();
     (Some(b), abort)
@@ -371,8 +377,9 @@ pub(super) fn probes(cfg: &RunConfig) -> (Option<SlotringBpf>, Option<crate::abo
 
 /// Register the removal of `bpf`'s pins for the abort path (a second
 /// Ctrl-C exits without dropping the instance): its pinned files, then its
-/// pin directory if this run created it (`pin_dir_existed` is whether the
-/// configured one existed before the load) and it is empty. Unpinned, the
+/// instance's pin directory and the pin root if this run created it
+/// (`pin_dir_existed` is whether the configured root existed before the
+/// load), each only when empty. Unpinned, the
 /// programs and maps go with the process. Drop the token before `bpf`.
 fn abort_unpins(
     bpf: &SlotringBpf,
@@ -382,15 +389,49 @@ fn abort_unpins(
     let (dir, pins) = bpf.pins();
     let dir = dir?.to_owned();
     let pins = pins.to_vec();
-    let ours = dir != cfg.pin_dir || !pin_dir_existed;
+    // The instance's own directory; the root too when this run created it
+    // (each only when empty).
+    let mut dirs = vec![dir.clone()];
+    if dir != cfg.pin_dir && !pin_dir_existed {
+        dirs.push(cfg.pin_dir.clone());
+    }
+    if dir == cfg.pin_dir && pin_dir_existed {
+        dirs.clear();
+    }
     Some(crate::abort::register(move || {
         for p in &pins {
             let _ = std::fs::remove_file(p);
         }
-        if ours {
-            let _ = std::fs::remove_dir(&dir);
+        for d in &dirs {
+            let _ = std::fs::remove_dir(d);
         }
     }))
+}
+
+/// The adaptive budget loop when `adaptive_budget` is set: it needs the
+/// probes (without them the budget stays static and that is said once).
+pub(super) fn adaptive_budget(
+    cfg: &RunConfig,
+    cc: &ConcurrencyControl,
+    bpf: Option<&SlotringBpf>,
+) -> Result<Option<AdaptiveBudget>, RunError> {
+    if !cfg.adaptive_budget {
+        return Ok(None);
+    }
+    let Some(b) = bpf else {
+        eprintln!(
+            "slotring: the CPU slot budget stays static: the eBPF probes are off (--no-probes)"
+        );
+        return Ok(None);
+    };
+    AdaptiveBudget::start(
+        cc.clone(),
+        b.runq_probe(),
+        AdaptiveConfig::with_ceiling(cc.max_concurrency()),
+        super::SAMPLE_PERIOD,
+    )
+    .map(Some)
+    .map_err(|source| RunError::Adaptive { source })
 }
 
 /// Create the data file at `path` through an engine from `engines`,

@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use slotring::slots::{Allocation, ConcurrencyControl, SlotsError};
-use slotring::throttle::{ThrottlePtr, Throttler};
+use slotring::throttle::{Tenant, ThrottlePtr, Throttler};
 use slotring::uring::{IoEngine, UringFile};
 
 use super::engines::Engines;
@@ -30,6 +30,8 @@ const SHORT_SLOT_WAIT: Duration = Duration::from_secs(5);
 pub(super) struct QueryState {
     pub id: u32,
     pub kind: QueryKind,
+    /// A scan's tenant on the throttlers (weight 1), carried by its slots.
+    pub tenant: Option<Tenant>,
     pub start: Instant,
     pub end: Mutex<Option<Instant>>,
     /// Slots held now.
@@ -44,10 +46,11 @@ pub(super) struct QueryState {
 }
 
 impl QueryState {
-    fn new(id: u32, kind: QueryKind) -> Arc<Self> {
+    fn new(id: u32, kind: QueryKind, tenant: Option<Tenant>) -> Arc<Self> {
         Arc::new(Self {
             id,
             kind,
+            tenant,
             start: Instant::now(),
             end: Mutex::new(None),
             held: AtomicU64::new(0),
@@ -170,8 +173,8 @@ impl Live {
         buf
     }
 
-    fn add_query(&self, id: u32, kind: QueryKind) -> Arc<QueryState> {
-        let q = QueryState::new(id, kind);
+    fn add_query(&self, id: u32, kind: QueryKind, tenant: Option<Tenant>) -> Arc<QueryState> {
+        let q = QueryState::new(id, kind, tenant);
         lock(&self.queries).push(q.clone());
         q
     }
@@ -214,20 +217,26 @@ pub(super) fn start(live: &Arc<Live>, progress: &mut Progress) -> Result<Workers
     let mut scan_threads = Vec::new();
     let mut scans = Vec::new();
     for i in 0..cfg.scans {
-        let q = live.add_query(i + 1, QueryKind::Scan);
+        let width = cfg.scan_width(i);
+        let tenant =
+            Tenant::new(format!("scan{}", i + 1), 1).expect("weight 1 is a valid tenant weight");
+        let q = live.add_query(i + 1, QueryKind::Scan, Some(tenant.clone()));
         scans.push(q.clone());
-        let alloc = Arc::new(live.cc.allocate(1, u64::from(cfg.scan_threads)).map_err(
-            |source| RunError::Slots {
-                scan: i + 1,
-                source,
-            },
-        )?);
-        let max = Arc::new(AtomicU64::new(u64::from(cfg.scan_threads)));
+        let alloc = Arc::new(
+            live.cc
+                .allocate(1, u64::from(width))
+                .map_err(|source| RunError::Slots {
+                    scan: i + 1,
+                    source,
+                })?
+                .with_tenant(tenant),
+        );
+        let max = Arc::new(AtomicU64::new(u64::from(width)));
         let cursor = Arc::new(AtomicU64::new(
             (cfg.file_size / u64::from(cfg.scans)) * u64::from(i) / cfg.read_size * cfg.read_size,
         ));
         progress.add_scan(q.clone());
-        for t in 0..cfg.scan_threads {
+        for t in 0..width {
             let (live, q, alloc, cursor, max) = (
                 live.clone(),
                 q.clone(),
@@ -312,30 +321,59 @@ fn scan_worker(
             Err(_) => break,
         };
         q.held.fetch_add(1, Ordering::Relaxed);
-        {
-            let _current = live.cfg.lease_parking.then(|| slot.make_current());
+        // One quantum of reads, with a `should_yield` checkpoint between reads.
+        let mut quantum = |should_yield: &dyn Fn() -> bool| {
             let started = Instant::now();
             while started.elapsed() < live.cfg.slot_quantum {
                 if live.stopping() {
-                    q.held.fetch_sub(1, Ordering::Relaxed);
-                    break 'outer;
+                    return Quantum::Stop;
                 }
                 let off = cursor.fetch_add(rs, Ordering::Relaxed) % size;
                 let off = off.min(size.saturating_sub(rs));
-                buf = live.read(engine.as_mut(), q, buf, off);
+                buf = live.read(engine.as_mut(), q, std::mem::take(&mut buf), off);
                 live.engines.record(id, engine.counters());
                 cpu_work(&buf, live.cfg.cpu_work_per_read, &|| live.stopping());
+                if should_yield() {
+                    return Quantum::Yield;
+                }
             }
-        }
+            Quantum::Done
+        };
+        let done = if live.cfg.lease_parking {
+            // The current slot carries the scan's tenant.
+            let current = slot.make_current();
+            quantum(&|| current.should_yield())
+        } else {
+            // Without lease parking the thread names its tenant itself.
+            let _tenant = q.tenant.as_ref().map(Tenant::enter);
+            quantum(&|| slot.should_yield())
+        };
         drop(slot);
         q.held.fetch_sub(1, Ordering::Relaxed);
-        // Ask for one more slot over the allocation's life.
-        let m = max.fetch_add(1, Ordering::Relaxed) + 1;
-        if alloc.set_max(m).is_err() {
-            break;
+        match done {
+            Quantum::Stop => break 'outer,
+            // A yielded slot is asked for again by the allocation itself.
+            Quantum::Yield => {}
+            // Ask for one more slot over the allocation's life.
+            Quantum::Done => {
+                let m = max.fetch_add(1, Ordering::Relaxed) + 1;
+                if alloc.set_max(m).is_err() {
+                    break;
+                }
+            }
         }
     }
     live.engines.record(id, engine.counters());
+}
+
+/// How a scan thread's quantum under one slot ended.
+enum Quantum {
+    /// The quantum's time is up.
+    Done,
+    /// `should_yield` asked for the slot back (the budget shrank).
+    Yield,
+    /// The run is stopping.
+    Stop,
 }
 
 /// Start a short query every `short_query_interval` (at most
@@ -351,7 +389,7 @@ fn spawn_shorts(live: &Arc<Live>, mut id: u32) -> Vec<JoinHandle<()>> {
     while !live.stopping() {
         next += every;
         if live.live_short.load(Ordering::Relaxed) < MAX_LIVE_SHORT {
-            let q = live.add_query(id, QueryKind::Short);
+            let q = live.add_query(id, QueryKind::Short, None);
             id += 1;
             live.live_short.fetch_add(1, Ordering::Relaxed);
             live.query_threads.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,60 @@
+//! The adaptive effective budget and `should_yield`, deterministically.
+
+use slotring_slots::{ConcurrencyControl, Scheduler, UNLIMITED};
+
+#[test]
+fn a_shrink_asks_only_the_allocation_above_its_fair_share() {
+    let cc = ConcurrencyControl::new();
+    cc.set_max_concurrency(4);
+    let big = cc.allocate(0, 3).unwrap();
+    let small = cc.allocate(0, 1).unwrap();
+    let mut b: Vec<_> = std::iter::from_fn(|| big.try_acquire()).collect();
+    let s = small.try_acquire().unwrap();
+    assert_eq!(b.len(), 3);
+    assert!(b.iter().all(|x| !x.should_yield()), "within the budget");
+    cc.set_effective_budget(2);
+    assert_eq!(cc.effective_budget(), 2);
+    assert_eq!(cc.max_concurrency(), 4, "the user's ceiling is unchanged");
+    // Two holders, fair share 1: `small` keeps its one slot; `big` yields 2.
+    assert!(!s.should_yield());
+    assert!(b[0].should_yield());
+    assert!(b[1].should_yield());
+    assert!(!b[2].should_yield(), "the excess (2) is already promised");
+    b.drain(..2).for_each(drop);
+    let c = cc.counters();
+    assert_eq!((c.yields, c.cur_concurrency, c.budget_effective), (2, 2, 2));
+    assert!(big.is_requesting(), "big wants its slots again");
+    assert!(big.try_acquire().is_none(), "but waits for a grant");
+    // The budget grows back: big is granted at once.
+    cc.set_effective_budget(UNLIMITED);
+    assert_eq!(cc.effective_budget(), 4);
+    assert_eq!(big.granted(), 2);
+    drop((b, s));
+}
+
+#[test]
+fn never_zero_and_the_static_budget_never_yields() {
+    let cc = ConcurrencyControl::new();
+    cc.set_max_concurrency(2);
+    cc.set_effective_budget(0);
+    assert_eq!(cc.effective_budget(), 1, "0 is clamped to 1");
+    cc.set_effective_budget(UNLIMITED);
+    let a = cc.allocate(0, 2).unwrap();
+    let x = a.try_acquire().unwrap();
+    let mut y = a.try_acquire().unwrap();
+    // A borrow over the budget is repaid by withholding, not by yields.
+    cc.set_scheduler(Scheduler::MaxMinFair);
+    assert!(slotring_slots::SlotLease::park(&mut y));
+    let b = cc.allocate(0, 1).unwrap();
+    let z = b.try_acquire().unwrap();
+    slotring_slots::SlotLease::unpark(&mut y);
+    assert_eq!(cc.counters().borrowed, 1);
+    assert!(![&x, &y, &z].iter().any(|s| s.should_yield()));
+    // Non-competing slots never yield.
+    cc.set_scheduler(Scheduler::FairRoundRobin);
+    let nc = cc.allocate(2, 2).unwrap();
+    let n0 = nc.try_acquire().unwrap();
+    cc.set_effective_budget(1);
+    assert!(!n0.is_competing() && !n0.should_yield());
+    drop((x, y, z, n0));
+}
