@@ -4,14 +4,18 @@
 //! the deadline): sleeps are cut into [`STOP_SLICE`]s that look at the stop
 //! condition, a slot wait is an `acquire_timeout` of one slice in a loop,
 //! CPU work looks at it between blocks, and a throttle wait inside the
-//! engine is capped by [`MAX_BLOCK`](super::setup::MAX_BLOCK). A bucket's
-//! debt longer than that cap is waited out *before* the next IO, by
-//! [`pay_debt`], in slices and with the CPU lease parked, exactly as the
-//! engine would have: the throttler's rate holds however small it is.
+//! engine is capped by [`MAX_BLOCK`]. A bucket's debt longer than that cap
+//! is waited out *before* the next IO, by [`pay_debt`], in slices and with
+//! the CPU lease parked, and no IO starts once stopping: the throttler's
+//! rate holds however small it is. Requests already queued in a
+//! throttler's fair gate when the run stops drain one booking (at most
+//! `MAX_BLOCK`) each.
 
 use std::time::{Duration, Instant};
 
 use slotring::throttle::{NANO_PER_TOKEN, Throttler, park_current_lease};
+
+use super::setup::MAX_BLOCK;
 
 /// The longest a sleep of the workload goes without looking at the stop
 /// condition.
@@ -20,8 +24,7 @@ pub(super) const STOP_SLICE: Duration = Duration::from_millis(50);
 /// The bound on how long after stop any wait of the workload ends.
 pub const STOP_BOUND: Duration = Duration::from_millis(200);
 
-const _: () =
-    assert!(STOP_SLICE.as_nanos() + super::setup::MAX_BLOCK.as_nanos() <= STOP_BOUND.as_nanos());
+const _: () = assert!(STOP_SLICE.as_nanos() + MAX_BLOCK.as_nanos() <= STOP_BOUND.as_nanos());
 
 /// Sleep until `deadline` or until `stopping()`; whether the deadline was
 /// reached.
@@ -51,17 +54,20 @@ fn debt(t: &Throttler) -> Duration {
     Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
 }
 
-/// Wait, with the calling thread's CPU lease parked, until `t`'s bucket is
-/// out of debt or `stopping()`; the time waited.
+/// Wait, with the calling thread's CPU lease parked, while `t`'s bucket owes
+/// more than a wait capped at [`MAX_BLOCK`] can pay, or until `stopping()`;
+/// the time waited. Below that, the request goes on to the throttler, whose
+/// fair gate orders the tenants' requests: at rates where one request costs
+/// less than `MAX_BLOCK` this never waits, and the order stays the gate's.
 pub(super) fn pay_debt(t: &Throttler, stopping: &dyn Fn() -> bool) -> Duration {
-    let d = debt(t);
-    if d.is_zero() {
-        return d;
+    let over = |t: &Throttler| debt(t).saturating_sub(MAX_BLOCK);
+    if over(t).is_zero() {
+        return Duration::ZERO;
     }
     let start = Instant::now();
     let _parked = park_current_lease();
     loop {
-        let d = debt(t);
+        let d = over(t);
         if d.is_zero() || stopping() {
             return start.elapsed();
         }

@@ -141,14 +141,19 @@ impl Live {
 
     /// Read `buf.len()` bytes at `off` for query `q` through `engine`,
     /// charged to the read throttler (its debt paid first, stop-aware),
-    /// counting the read, a failure or a short read. Hands the buffer back
-    /// (full length).
+    /// counting the read, a failure or a short read; nothing once the run
+    /// is stopping. Hands the buffer back (full length).
     fn read(&self, engine: &mut dyn IoEngine, q: &QueryState, buf: Vec<u8>, off: u64) -> Vec<u8> {
         let len = buf.len();
         let waited = pay_debt(&self.read, &|| self.stopping());
         if !waited.is_zero() {
             self.debt_wait_ns
                 .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
+        }
+        if self.stopping() {
+            // No IO starts once stopping (it could queue behind others'
+            // bookings in the throttler's fair gate).
+            return buf;
         }
         let (r, mut buf) = engine.read_at(&self.file, buf, off, Some(&self.read_ptr), MAX_BLOCK);
         match r {
