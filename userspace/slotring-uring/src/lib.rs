@@ -66,6 +66,7 @@ mod error;
 mod file;
 mod policy;
 mod pread;
+mod shared;
 #[allow(
     unsafe_code,
     reason = "the io_uring boundary: SQEs point into memory the ring owns; every block has a SAFETY comment"
@@ -82,6 +83,7 @@ pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
 pub use crate::policy::{Op, Policy};
 pub use crate::pread::PreadEngine;
+pub use crate::shared::{Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls};
 pub use crate::tokio::AsyncEngine;
