@@ -9,6 +9,7 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("throttle", ("slotring-throttle", "throttle")),
     ("slots", ("slotring-slots", "slots")),
     ("uring", ("slotring-uring", "uring")),
+    ("shared", ("slotring-uring", "shared")),
     ("bpf", ("slotring-bpf", "bpf")),
     ("e2e", ("slotring-cli", "e2e")),
 ];
