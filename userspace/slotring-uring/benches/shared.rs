@@ -244,7 +244,7 @@ fn main() {
     let _cleanup = RemoveOnDrop(path.clone());
     let f = make_file(&path);
     type Variant<'a> = (&'a str, &'a str, Box<dyn Fn() -> Run + 'a>);
-    let variants: Vec<Variant> = vec![
+    let variants: Vec<Variant<'_>> = vec![
         (
             "reactor_1ring",
             "SharedEngine, 1 ring, reactor pump (multi-thread, 2 workers)",
