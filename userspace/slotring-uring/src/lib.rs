@@ -83,7 +83,7 @@ pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
 pub use crate::policy::{Op, Policy};
 pub use crate::pread::PreadEngine;
-pub use crate::shared::{Reaper, SharedConfig, SharedEngine};
+pub use crate::shared::{AsyncIo, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls};
 pub use crate::tokio::AsyncEngine;
