@@ -509,7 +509,7 @@ mod tests {
             bpf.thread_acct(1),
             Err(BpfError::UnknownThread { tid: 1 })
         ));
-        let s = crate::SlotStats {
+        let s = slotring_slots::SlotsCounters {
             parked: 5,
             ..Default::default()
         };

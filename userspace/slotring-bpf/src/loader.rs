@@ -14,9 +14,11 @@ use aya::programs::{BtfTracePoint, ProgramError, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfError, EbpfLoader};
 
 use crate::BpfError;
+use slotring_slots::SlotsCounters;
+use slotring_uring::UringCounters;
+
 use crate::abi::{
-    AbiStruct, HIST_SLOTS, Hist, LeaseSlot, MAX_THREADS, MAX_THROTTLERS, SlotStats, ThreadAcct,
-    ThrottleStats, UringStats,
+    AbiStruct, HIST_SLOTS, Hist, LeaseSlot, MAX_THREADS, MAX_THROTTLERS, ThreadAcct, ThrottleStats,
 };
 use crate::error::is_perm;
 use crate::lease::{self, Shared};
@@ -444,8 +446,8 @@ impl SlotringBpf {
         let hist_park = map_fd_region(&ebpf, "hist_park_cpu", HIST_SLOTS, 1)?;
         let hist_rq = map_fd_region(&ebpf, "hist_unpark_rq", HIST_SLOTS, 1)?;
         let throttle = map_fd_region(&ebpf, "throttle", ThrottleStats::WORDS, MAX_THROTTLERS)?;
-        let slots = map_fd_region(&ebpf, "slots", SlotStats::WORDS, 1)?;
-        let uring = map_fd_region(&ebpf, "uring", UringStats::WORDS, 1)?;
+        let slots = map_fd_region(&ebpf, "slots", SlotsCounters::WORDS, 1)?;
+        let uring = map_fd_region(&ebpf, "uring", UringCounters::WORDS, 1)?;
         // From here on, an error drops `pins`, which removes them.
         let mut pins = pin_all(&mut ebpf, &cfg, mode)?;
         let index_map = ebpf
@@ -538,8 +540,8 @@ impl SlotringBpf {
             hist_park: Region::heap(HIST_SLOTS, 1),
             hist_rq: Region::heap(HIST_SLOTS, 1),
             throttle: Region::heap(ThrottleStats::WORDS, MAX_THROTTLERS as usize),
-            slots: Region::heap(SlotStats::WORDS, 1),
-            uring: Region::heap(UringStats::WORDS, 1),
+            slots: Region::heap(SlotsCounters::WORDS, 1),
+            uring: Region::heap(UringCounters::WORDS, 1),
             kernel: None,
             degraded: Some(reason),
         }
@@ -634,12 +636,12 @@ impl SlotringBpf {
     }
 
     /// Store the slot counters (no syscall).
-    pub fn publish_slots(&self, stats: &SlotStats) {
+    pub fn publish_slots(&self, stats: &SlotsCounters) {
         self.slots.store(0, &stats.to_words());
     }
 
     /// Store the io_uring engine counters (no syscall).
-    pub fn publish_uring(&self, stats: &UringStats) {
+    pub fn publish_uring(&self, stats: &UringCounters) {
         self.uring.store(0, &stats.to_words());
     }
 
@@ -658,13 +660,13 @@ impl SlotringBpf {
     }
 
     /// Read back the slot counters.
-    pub fn slot_stats(&self) -> SlotStats {
-        SlotStats::from_words(&self.slots.load(0))
+    pub fn slot_stats(&self) -> SlotsCounters {
+        SlotsCounters::from_words(&self.slots.load(0))
     }
 
     /// Read back the engine counters.
-    pub fn uring_stats(&self) -> UringStats {
-        UringStats::from_words(&self.uring.load(0))
+    pub fn uring_stats(&self) -> UringCounters {
+        UringCounters::from_words(&self.uring.load(0))
     }
 
     /// Histogram of on-CPU ns per parked episode.

@@ -252,11 +252,11 @@ const ISSUE_NAMES: &[&str] = &[
     "slotring_throttler_wait_seconds_total",
     "slotring_slots_granted_total",
     "slotring_slots_delayed_total",
-    "slotring_queries_delayed_total",
+    "slotring_slots_queries_delayed_total",
     "slotring_slots_in_use",
     "slotring_slots_max",
-    "slotring_leases_parked",
-    "slotring_lease_parks_total",
+    "slotring_slots_leases_parked",
+    "slotring_slots_lease_parks_total",
 ];
 
 const KERNEL_NAMES: &[&str] = &[

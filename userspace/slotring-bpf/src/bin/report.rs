@@ -11,7 +11,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use slotring_bpf::{BpfConfig, ProbeStatus, SlotStats, SlotringBpf, Verdict, VerifyConfig};
+use slotring_bpf::{BpfConfig, ProbeStatus, SlotringBpf, Verdict, VerifyConfig};
+use slotring_slots::SlotsCounters;
 use slotring_throttle::{LeaseState, notify_lease_state};
 
 fn main() -> Result<()> {
@@ -38,10 +39,10 @@ fn main() -> Result<()> {
     }
     slotring_bpf::install_observer();
 
-    let stats = SlotStats {
+    let stats = SlotsCounters {
         slots_granted: 3,
         parks: 2,
-        ..SlotStats::default()
+        ..SlotsCounters::default()
     };
     bpf.publish_slots(&stats);
     if bpf.slot_stats() != stats {
