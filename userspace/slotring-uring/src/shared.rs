@@ -292,10 +292,7 @@ impl SharedEngine {
     /// The counters of every ring (or of the fallback), summed.
     pub fn counters(&self) -> UringCounters {
         match &self.backend {
-            Backend::Uring(shards) => shards
-                .iter()
-                .map(|s| s.lock().core.counters())
-                .fold(UringCounters::default(), add_counters),
+            Backend::Uring(shards) => shards.iter().map(|s| s.lock().core.counters()).sum(),
             Backend::Pread(pool) => *pool.counters.lock().unwrap_or_else(|p| p.into_inner()),
         }
     }
@@ -320,28 +317,6 @@ impl SharedEngine {
             }
         }
         Ok(())
-    }
-}
-
-/// Field-wise sum of two counter snapshots.
-// TODO(counters): replace by `+` once `counter_set!` lands on main.
-fn add_counters(a: UringCounters, b: UringCounters) -> UringCounters {
-    UringCounters {
-        reads: a.reads + b.reads,
-        writes: a.writes + b.writes,
-        read_bytes: a.read_bytes + b.read_bytes,
-        write_bytes: a.write_bytes + b.write_bytes,
-        page_cache_hits: a.page_cache_hits + b.page_cache_hits,
-        page_cache_bytes: a.page_cache_bytes + b.page_cache_bytes,
-        nowait_misses: a.nowait_misses + b.nowait_misses,
-        cachestat_checks: a.cachestat_checks + b.cachestat_checks,
-        waits_submitted: a.waits_submitted + b.waits_submitted,
-        wait_us: a.wait_us + b.wait_us,
-        cancellations: a.cancellations + b.cancellations,
-        resubmits: a.resubmits + b.resubmits,
-        short_reads: a.short_reads + b.short_reads,
-        sq_full: a.sq_full + b.sq_full,
-        cq_overflows: a.cq_overflows + b.cq_overflows,
     }
 }
 
@@ -553,7 +528,7 @@ impl PreadPool {
                 Op::Write => e.write_at(&file, buf, offset, throttle.as_ref(), max_block),
             };
             let mut c = pool.counters.lock().unwrap_or_else(|p| p.into_inner());
-            *c = add_counters(*c, e.counters());
+            *c += e.counters();
             out
         });
         match job.await {
