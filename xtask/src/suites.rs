@@ -10,6 +10,7 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("slots", ("slotring-slots", "slots")),
     ("uring", ("slotring-uring", "uring")),
     ("shared", ("slotring-uring", "shared")),
+    ("service", ("slotring-uring", "service")),
     ("bpf", ("slotring-bpf", "bpf")),
     ("e2e", ("slotring-cli", "e2e")),
 ];

@@ -520,11 +520,12 @@ pub fn runtime(cfg: &Config) -> io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
+/// Parse the command line and serve until killed.
 #[allow(
     dead_code,
     reason = "tests include this file for `serve` and call no main"
 )]
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = Config::from_args(std::env::args().skip(1))?;
     let rt = runtime(&cfg)?;
     rt.block_on(async {

@@ -73,6 +73,7 @@ mod shared;
 )]
 mod sys;
 mod tokio;
+mod wait;
 
 pub use crate::blocking::{Completion, Ticket, UringEngine};
 pub use crate::counters::UringCounters;
@@ -87,6 +88,7 @@ pub use crate::shared::{AsyncIo, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls};
 pub use crate::tokio::AsyncEngine;
+pub use crate::wait::RingWait;
 
 /// Re-exported so seam implementations can name the ring type.
 #[cfg(feature = "test-util")]
