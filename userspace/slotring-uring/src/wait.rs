@@ -8,7 +8,8 @@
 //! deadline, pushes one `IORING_OP_TIMEOUT` (`IORING_TIMEOUT_ABS`), parks
 //! the caller's CPU lease, and waits for its CQE in `io_uring_enter`. If the
 //! clock (`CLOCK_MONOTONIC_RAW`, which NTP does not slew) still reads short
-//! of the deadline, the rest is slept on the clock. Measured in `cargo xtask
+//! of the deadline, the rest is waited on the ring too (a nanosleep would
+//! add its timer slack, 50 µs by default). Measured in `cargo xtask
 //! bench throttle` (`wait_overshoot_us_p50_ring` beside the nanosleep's
 //! `wait_overshoot_us_p50`).
 //!
@@ -160,11 +161,19 @@ impl WaitStrategy for RingWait {
             return Ok(());
         }
         let _parked = park_current_lease();
-        let target = monotonic_now_ns().saturating_add(deadline_ns - now);
-        // On a ring failure, or a clock that still reads short of the
-        // deadline (its rate differs slightly from CLOCK_MONOTONIC's), the
-        // rest is slept on the clock.
-        let _ = self.ring_wait(target);
-        clock.sleep_until(deadline_ns)
+        let mut now = now;
+        // A clock that still reads short of the deadline after the ring's
+        // timeout (its rate differs slightly from CLOCK_MONOTONIC's, e.g.
+        // RAW against NTP's slew) waits the rest on the ring as well: a
+        // nanosleep would add its timer slack. Only a ring failure falls
+        // back to sleeping on the clock.
+        while now < deadline_ns {
+            let target = monotonic_now_ns().saturating_add(deadline_ns - now);
+            if self.ring_wait(target).is_err() {
+                return clock.sleep_until(deadline_ns);
+            }
+            now = clock.now_ns();
+        }
+        Ok(())
     }
 }
