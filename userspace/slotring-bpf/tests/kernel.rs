@@ -576,7 +576,7 @@ fn verifier_rejection_is_a_typed_error_with_the_log() {
     );
     assert!(matches!(
         SlotringBpf::check_program("no_such_prog", "sched_switch"),
-        Err(BpfError::Load { .. })
+        Err(BpfError::NotInObject { .. })
     ));
 }
 

@@ -38,15 +38,23 @@ pub enum PinnedError {
         path: PathBuf,
     },
     /// Opening or reading the map failed (often: not root / no CAP_BPF).
-    #[error("reading pinned map {path}: {detail}")]
+    #[error("reading pinned map {path} failed")]
     Read {
         /// The path.
         path: PathBuf,
-        /// aya's message.
-        detail: String,
+        /// aya's error.
+        source: aya::maps::MapError,
+    },
+    /// The ABI struct the map holds is larger than this reader supports.
+    #[error("reading pinned map {path} failed: values of {words} words are not supported")]
+    UnsupportedSize {
+        /// The path.
+        path: PathBuf,
+        /// Words per value of the ABI struct.
+        words: usize,
     },
     /// A value in the map does not have the size of its ABI struct.
-    #[error("decoding pinned map {path}: {source}")]
+    #[error("decoding pinned map {path} failed")]
     Decode {
         /// The path.
         path: PathBuf,
@@ -60,27 +68,27 @@ fn read_array<const N: usize>(dir: &Path, name: &str) -> Result<Vec<Vec<u64>>, P
     if !path.exists() {
         return Err(PinnedError::Missing { path });
     }
-    let err = |e: &dyn std::fmt::Display| PinnedError::Read {
+    let err = |source| PinnedError::Read {
         path: path.clone(),
-        detail: e.to_string(),
+        source,
     };
-    let data = MapData::from_pin(&path).map_err(|e| err(&e))?;
-    let map = Map::from_map_data(data).map_err(|e| err(&e))?;
-    let array: Array<MapData, [u64; N]> = Array::try_from(map).map_err(|e| err(&e))?;
+    let data = MapData::from_pin(&path).map_err(err)?;
+    let map = Map::from_map_data(data).map_err(err)?;
+    let array: Array<MapData, [u64; N]> = Array::try_from(map).map_err(err)?;
     array
         .iter()
         .map(|v| v.map(|w| w.to_vec()))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err(&e))
+        .map_err(err)
 }
 
 macro_rules! by_size {
     ($words:expr, $dir:expr, $name:expr; $($n:literal)*) => {
         match $words {
             $($n => read_array::<$n>($dir, $name),)*
-            other => Err(PinnedError::Read {
+            other => Err(PinnedError::UnsupportedSize {
                 path: $dir.join($name),
-                detail: format!("unsupported value size of {other} words"),
+                words: other,
             }),
         }
     };
@@ -268,7 +276,7 @@ mod tests {
         let short = vec![vec![0u64; 3]];
         let err = decode_rows::<SlotsCounters>(short, path).unwrap_err();
         assert!(matches!(err, PinnedError::Decode { .. }), "{err:?}");
-        let msg = err.to_string();
+        let msg = chain(&err);
         assert!(
             msg.contains("/sys/fs/bpf/slotring/slots") && msg.contains("got 3"),
             "{msg}"
@@ -288,6 +296,44 @@ mod tests {
         assert_eq!(UringCounters::from_words(&u.to_words()), u);
         let n = UringCounters::LEN as u64;
         assert_eq!(u.to_words(), (1..=n).collect::<Vec<u64>>());
+    }
+
+    /// The error and its causes, as `{:#}` of an `anyhow` chain prints them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        std::iter::successors(Some(e), |e| e.source())
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(": ")
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        // The size mismatch under the decoding error.
+        let path = Path::new("/sys/fs/bpf/slotring/slots");
+        let err = decode_rows::<SlotsCounters>(vec![vec![0u64; 3]], path).unwrap_err();
+        let text = chain(&err);
+        assert!(
+            text.starts_with("decoding pinned map /sys/fs/bpf/slotring/slots failed: "),
+            "{text}"
+        );
+        assert_eq!(text.matches("got 3").count(), 1, "{text}");
+        // aya's error and the kernel's answer under the reading error: a
+        // plain file where a pinned map should be.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("slots"), b"not a map").unwrap();
+        let err = PinnedMaps::new(d.path()).slots().unwrap_err();
+        assert!(matches!(err, PinnedError::Read { .. }), "{err:?}");
+        let text = chain(&err);
+        assert!(text.starts_with("reading pinned map "), "{text}");
+        let os = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+            .last()
+            .unwrap()
+            .to_string();
+        assert!(
+            os.contains("os error"),
+            "the kernel's answer is the last cause: {text}"
+        );
+        assert_eq!(text.matches(&os).count(), 1, "{text}");
     }
 
     #[test]

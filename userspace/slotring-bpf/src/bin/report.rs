@@ -35,7 +35,14 @@ fn main() -> Result<()> {
     let bpf = SlotringBpf::load_or_degrade(cfg);
     match bpf.status() {
         ProbeStatus::Attached(mode) => println!("probes: attached ({mode:?})"),
-        ProbeStatus::Degraded(e) => println!("probes: degraded: {e}"),
+        ProbeStatus::Degraded(e) => {
+            // The reason and each of its causes, once.
+            let causes: Vec<String> =
+                std::iter::successors(Some(e as &dyn std::error::Error), |e| e.source())
+                    .map(ToString::to_string)
+                    .collect();
+            println!("probes: degraded: {}", causes.join(": "));
+        }
     }
     slotring_bpf::install_observer();
 
