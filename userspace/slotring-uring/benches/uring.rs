@@ -185,6 +185,8 @@ fn fio_hot(path: &Path, engine: &str, extra: &[&str]) -> Result<f64, String> {
             &format!("--size={FILE_LEN}"),
             "--runtime=2",
             "--time_based",
+            // fio drops the file's page cache before a job unless told not to.
+            "--invalidate=0",
             "--output-format=json",
         ])
         .args(extra)
