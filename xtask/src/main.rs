@@ -36,7 +36,7 @@ enum Cmd {
     /// Check the Debian packages the checks need; as root, install the
     /// missing ones (the first step of `ci`).
     Deps,
-    /// Run a benchmark suite: `throttle`, `slots`, `uring`, `shared`, `service`, `bpf`, `e2e`.
+    /// Run a benchmark suite: `throttle`, `fair`, `slots`, `uring`, `shared`, `service`, `bpf`, `e2e`.
     Bench {
         /// The suite name.
         suite: String,

@@ -7,6 +7,7 @@ use anyhow::Result;
 /// `suite -> (package, bench target)`.
 pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("throttle", ("slotring-throttle", "throttle")),
+    ("fair", ("slotring-throttle", "fair")),
     ("slots", ("slotring-slots", "slots")),
     ("uring", ("slotring-uring", "uring")),
     ("shared", ("slotring-uring", "shared")),

@@ -145,9 +145,9 @@ pub struct RunConfig {
     /// concurrent scan queries
     #[arg(long, env = "SLOTRING_SCANS", value_name = "N", default_value = "3", value_parser = per_run)]
     pub scans: u32,
-    /// threads (max slots) per scan query
-    #[arg(long, env = "SLOTRING_SCAN_THREADS", value_name = "N", default_value = "4", value_parser = per_run)]
-    pub scan_threads: u32,
+    /// threads (max slots) per scan query: one value for every scan, or one per scan (8,2,1 = three scans of unequal width; sets scans)
+    #[arg(long, env = "SLOTRING_SCAN_THREADS", value_name = "N[,N...]", default_value = "4", value_parser = scan_widths)]
+    pub scan_threads: ScanWidths,
     /// a short query starts this often (0 = none)
     #[arg(long, env = "SLOTRING_SHORT_QUERY_INTERVAL", value_name = "DURATION", default_value = "100ms", value_parser = duration)]
     #[serde(serialize_with = "ser_secs")]
@@ -243,6 +243,7 @@ impl RunConfig {
                     .expect("a setting's parser yields its field's type");
             }
         }
+        self.settle_scans();
         Ok(())
     }
 }
@@ -445,6 +446,58 @@ pub fn per_run(s: &str) -> Result<u32, Expected> {
         .ok_or(Expected("an integer between 1 and 64"))
 }
 
+/// The threads (max slots) of the scan queries: one width for every scan,
+/// or one per scan. Serialised as a number when there is one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScanWidths(pub Vec<u32>);
+
+impl Serialize for ScanWidths {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => s.serialize_u32(*one),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl fmt::Display for ScanWidths {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let w: Vec<String> = self.0.iter().map(u32::to_string).collect();
+        f.write_str(&w.join(","))
+    }
+}
+
+/// `4` or `8,2,1`: 1 to 64 widths, each between 1 and 64.
+pub fn scan_widths(s: &str) -> Result<ScanWidths, Expected> {
+    let v: Option<Vec<u32>> = s
+        .split(',')
+        .map(|w| w.trim().parse().ok().filter(|n| (1..=64).contains(n)))
+        .collect();
+    v.filter(|v| (1..=64).contains(&v.len()))
+        .map(ScanWidths)
+        .ok_or(Expected(
+            "integers between 1 and 64, one or one per scan (e.g. 4 or 8,2,1)",
+        ))
+}
+
+impl RunConfig {
+    /// The threads (max slots) of scan `i` (0-based).
+    pub fn scan_width(&self, i: u32) -> u32 {
+        match self.scan_threads.0.as_slice() {
+            [one] => *one,
+            many => many.get(i as usize).copied().unwrap_or(1),
+        }
+    }
+
+    /// Several widths name the scans: one scan per width. Called once the
+    /// layers are applied.
+    pub fn settle_scans(&mut self) {
+        if self.scan_threads.0.len() > 1 {
+            self.scans = self.scan_threads.0.len() as u32;
+        }
+    }
+}
+
 /// Any duration (0 allowed).
 pub fn duration(s: &str) -> Result<Duration, Expected> {
     parse_duration(s.trim()).ok_or(DUR)
@@ -601,6 +654,20 @@ mod tests {
     }
 
     #[test]
+    fn unequal_scan_widths_name_the_scans() {
+        let (mut c, m) = given(&["--scans", "5", "--scan-threads", "8, 2,1"]).unwrap();
+        c.overlay(&m, &|_| None, None).unwrap();
+        assert_eq!(c.scans, 3);
+        assert_eq!(
+            (c.scan_width(0), c.scan_width(1), c.scan_width(2)),
+            (8, 2, 1)
+        );
+        for bad in ["0", "8,,1", "65", "a"] {
+            assert!(given(&["--scan-threads", bad]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn layers_override_in_order() {
         let file = ConfigFile::parse(
             "max_local_read_bandwidth = \"10MiB\"\nscans = 2\nduration = \"3s\"\n",
@@ -612,6 +679,7 @@ mod tests {
         c.overlay(&m, &env, Some(&file)).unwrap();
         assert_eq!(c.max_local_read_bandwidth, 10 << 20);
         assert_eq!(c.scans, 5);
+        assert_eq!(c.scan_width(4), 4, "one width for every scan");
         assert_eq!(c.duration, Duration::from_secs(4));
         assert_eq!(c.concurrent_threads_scheduler, Scheduler::MaxMinFair);
     }

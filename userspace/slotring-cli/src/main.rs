@@ -72,7 +72,7 @@ enum Cmd {
         after_help = "Every setting can also come from the TOML file (--config, key = setting name) or the \
                       environment (SLOTRING_<NAME>); precedence: command line > environment > file > default."
     )]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     #[command(
         about = "Print the pinned maps of a process using slotring (like bpftool, with units and rates)"
     )]
@@ -207,7 +207,7 @@ fn main() -> ExitCode {
             let given = matches
                 .subcommand_matches("run")
                 .expect("the run subcommand");
-            cmd_run(args, given, stop)
+            cmd_run(*args, given, stop)
         }
         Cmd::Stats(args) => cmd_stats(&args, &stop),
         Cmd::Exporter(args) => cmd_exporter(&args, &stop),

@@ -191,13 +191,28 @@ pub fn svg(report: &Report) -> String {
     axes(
         &mut svg,
         &rate,
-        "Achieved read rate vs configured (block-device throttler, 1 s mean)",
+        "Achieved read rate vs configured, and per scan (block-device throttler, 1 s mean)",
         "MiB/s",
     );
     polyline(&mut svg, &rate, &tl.t_s, &disk, COLORS[0], false);
     polyline(&mut svg, &rate, &tl.t_s, &cache, COLORS[2], false);
     legend(&mut svg, &rate, 0, COLORS[0], "disk (charged)");
     legend(&mut svg, &rate, 1, COLORS[2], "page cache");
+    // Each scan's disk read rate (charged as its tenant), dashed, in the
+    // scan's colour of the slots panel.
+    for (i, series) in tl.scan_disk_bytes_per_s.iter().enumerate() {
+        let v = smooth(&tl.t_s, &series.iter().map(mib).collect::<Vec<_>>());
+        let color = COLORS[(i + 4) % COLORS.len()];
+        polyline(&mut svg, &rate, &tl.t_s, &v, color, true);
+        legend(
+            &mut svg,
+            &rate,
+            if configured > 0.0 { 3 } else { 2 } + i,
+            color,
+            &format!("scan {} read rate", i + 1),
+        );
+    }
+
     if configured > 0.0 {
         polyline(
             &mut svg,

@@ -225,6 +225,15 @@ pub struct QueryReport {
     pub max_slots: u64,
     /// Time its threads were blocked waiting for a slot, seconds.
     pub slot_wait_s: f64,
+    /// Threads (max slots) of a scan.
+    pub threads: Option<u32>,
+    /// Bytes charged to the disk throttler as this query's tenant (scans).
+    pub disk_bytes: Option<u64>,
+    /// Its share of the scans' disk bytes, percent.
+    pub disk_share_pct: Option<f64>,
+    /// Its fair share of the disk throttler (its weight over the scans'
+    /// weights), percent.
+    pub fair_share_pct: Option<f64>,
 }
 
 /// Fairness between the scan queries.
@@ -251,6 +260,9 @@ pub struct Timeline {
     pub scan_slots: Vec<Vec<u64>>,
     /// Slots held by all short queries at each sample.
     pub short_slots: Vec<u64>,
+    /// Disk read rate of each scan query (bytes/s charged as its tenant) in
+    /// each interval.
+    pub scan_disk_bytes_per_s: Vec<Vec<f64>>,
     /// `slotring_slots_in_use` at each sample.
     pub slots_in_use: Vec<u64>,
     /// Parked leases at each sample.
@@ -466,9 +478,20 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
-            "  {:<6} {:>4} {:>8} {:>8} {:>10} {:>6} {:>9} {:>7}",
-            "query", "id", "start", "end", "mean slots", "max", "MiB read", "slot wait"
+            "  {:<6} {:>4} {:>7} {:>8} {:>8} {:>10} {:>6} {:>9} {:>9} {:>10} {:>6}",
+            "query",
+            "id",
+            "threads",
+            "start",
+            "end",
+            "mean slots",
+            "max",
+            "MiB read",
+            "slot wait",
+            "disk share",
+            "fair"
         )?;
+        let pct = |v: Option<f64>| v.map_or("-".to_owned(), |p| format!("{p:.1}%"));
         let shorts: Vec<&QueryReport> = self
             .queries
             .iter()
@@ -477,15 +500,18 @@ impl fmt::Display for Report {
         for q in self.queries.iter().filter(|q| q.kind == QueryKind::Scan) {
             writeln!(
                 f,
-                "  {:<6} {:>4} {:>7.2}s {:>7.2}s {:>10.2} {:>6} {:>9.1} {:>8.2}s",
+                "  {:<6} {:>4} {:>7} {:>7.2}s {:>7.2}s {:>10.2} {:>6} {:>9.1} {:>8.2}s {:>10} {:>6}",
                 q.kind,
                 q.id,
+                q.threads.map_or("-".to_owned(), |t| t.to_string()),
                 q.start_s,
                 q.end_s,
                 q.mean_slots,
                 q.max_slots,
                 mib(q.bytes as f64),
-                q.slot_wait_s
+                q.slot_wait_s,
+                pct(q.disk_share_pct),
+                pct(q.fair_share_pct)
             )?;
         }
         if !shorts.is_empty() {

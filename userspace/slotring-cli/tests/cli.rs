@@ -1286,3 +1286,64 @@ fn accept_backs_off_when_out_of_file_descriptors() {
         exporter.stderr_so_far()
     );
 }
+
+#[test]
+fn unequal_scans_share_the_disk_fairly_and_the_report_shows_it() {
+    let dir = data_dir();
+    let plot = dir.path().join("run.svg");
+    let out = Command::new(bin())
+        .args(["run", "--scan-threads", "8,2,1", "--duration", "3s"])
+        .args([
+            "--file-size",
+            "64MiB",
+            "--max-local-read-bandwidth",
+            "16MiB",
+        ])
+        // The kernel verdict is another test's; this one is about shares.
+        .args(["--json", "--no-progress", "--listen", "off", "--no-probes"])
+        .arg("--dir")
+        .arg(dir.path())
+        .arg("--plot")
+        .arg(&plot)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["config"]["scans"], 3);
+    assert_eq!(r["config"]["scan_threads"], serde_json::json!([8, 2, 1]));
+    let scans: Vec<&Value> = r["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["kind"] == "scan")
+        .collect();
+    let threads: Vec<u64> = scans
+        .iter()
+        .map(|q| q["threads"].as_u64().unwrap())
+        .collect();
+    assert_eq!(threads, [8, 2, 1]);
+    let shares: Vec<f64> = scans
+        .iter()
+        .map(|q| q["disk_share_pct"].as_f64().unwrap())
+        .collect();
+    assert!(
+        (shares.iter().sum::<f64>() - 100.0).abs() < 1e-6,
+        "{shares:?}"
+    );
+    for q in &scans {
+        assert!((q["fair_share_pct"].as_f64().unwrap() - 100.0 / 3.0).abs() < 1e-9);
+        assert!(q["disk_bytes"].as_u64().unwrap() > 0);
+    }
+    // First-come would give 8:2:1 (73% / 18% / 9%); the fair order keeps
+    // the widest scan far from that (loose: a loaded machine, 3 s).
+    assert!(shares[0] < 55.0, "the 8-thread scan took {shares:?}");
+    assert!(shares[2] > 18.0, "the 1-thread scan got {shares:?}");
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    for i in 1..=3 {
+        assert!(
+            svg.contains(&format!("scan {i} read rate")),
+            "plot draws scan {i}"
+        );
+    }
+}

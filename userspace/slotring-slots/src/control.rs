@@ -5,6 +5,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use slotring_throttle::Tenant;
+
 use crate::SlotsError;
 use crate::core::{AllocShared, Core};
 use crate::counters::{SlotsCounters, UNLIMITED};
@@ -114,6 +116,7 @@ impl ConcurrencyControl {
             shared: self.shared.clone(),
             id,
             alloc,
+            tenant: None,
         })
     }
 
@@ -150,6 +153,7 @@ pub struct Allocation {
     shared: Arc<Shared>,
     id: u32,
     alloc: Arc<AllocShared>,
+    tenant: Option<Tenant>,
 }
 
 impl fmt::Debug for Allocation {
@@ -162,6 +166,21 @@ impl fmt::Debug for Allocation {
 }
 
 impl Allocation {
+    /// Charge the IO of threads holding this allocation's slots to `tenant`:
+    /// while one of its slots is a thread's current lease
+    /// ([`AcquiredSlot::make_current`]), every throttler the thread waits on
+    /// shares its rate fairly between this tenant and the others (see
+    /// [`slotring_throttle::Tenant`]). Slots acquired before keep what they had.
+    pub fn with_tenant(mut self, tenant: Tenant) -> Self {
+        self.tenant = Some(tenant);
+        self
+    }
+
+    /// The tenant this allocation's slots carry, if any.
+    pub fn tenant(&self) -> Option<&Tenant> {
+        self.tenant.as_ref()
+    }
+
     /// Take one granted slot if available (non-competing ones first). Lock-free.
     pub fn try_acquire(&self) -> Option<AcquiredSlot> {
         let competing = if take_one(&self.alloc.noncompeting) {
@@ -176,10 +195,9 @@ impl Allocation {
             return None;
         };
         let slot_id = self.alloc.next_slot_id.fetch_add(1, Ordering::Relaxed);
-        Some(AcquiredSlot::new(
-            slot_id,
-            SlotState::new(Some(self.shared.clone()), competing),
-        ))
+        let mut state = SlotState::new(Some(self.shared.clone()), competing);
+        state.tenant = self.tenant.clone();
+        Some(AcquiredSlot::new(slot_id, state))
     }
 
     /// Take one granted slot, blocking until one is granted.

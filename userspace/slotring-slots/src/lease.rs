@@ -283,6 +283,29 @@ impl LeaseHook for ThrottleHook {
         let g = HOOK_GUARDS.with(|h| h.borrow_mut().pop());
         drop(g);
     }
+
+    fn current_tenant(&self) -> Option<slotring_throttle::Tenant> {
+        LEASES
+            .try_with(|l| {
+                l.borrow()
+                    .last()
+                    .and_then(|e| e.state.as_ref())
+                    .and_then(|s| s.tenant.clone())
+            })
+            .ok()
+            .flatten()
+    }
+
+    fn has_current_tenant(&self) -> bool {
+        LEASES
+            .try_with(|l| {
+                l.borrow()
+                    .last()
+                    .and_then(|e| e.state.as_ref())
+                    .is_some_and(|s| s.tenant.is_some())
+            })
+            .unwrap_or(false)
+    }
 }
 
 static HOOK: ThrottleHook = ThrottleHook;

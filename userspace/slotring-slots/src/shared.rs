@@ -34,6 +34,9 @@ pub(crate) struct SlotState {
     pub(crate) shared: Option<Arc<Shared>>,
     pub(crate) competing: bool,
     pub(crate) parked: bool,
+    /// The allocation's tenant: throttlers charge a thread's IO to it while
+    /// this slot is the thread's current lease.
+    pub(crate) tenant: Option<slotring_throttle::Tenant>,
 }
 
 impl SlotState {
@@ -42,6 +45,7 @@ impl SlotState {
             shared,
             competing,
             parked: false,
+            tenant: None,
         }
     }
 

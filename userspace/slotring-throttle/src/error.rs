@@ -58,6 +58,32 @@ pub enum ThrottleError {
         #[source]
         errno: Errno,
     },
+    /// A tenant weight of 0 or above the largest supported one.
+    #[error("tenant `{name}`: weight {weight} is outside 1..={max}")]
+    TenantWeight {
+        /// Tenant name.
+        name: String,
+        /// The rejected weight.
+        weight: u32,
+        /// The largest accepted weight.
+        max: u32,
+    },
+    /// A catch-up bound above the largest supported one.
+    #[error("catch-up bound tau of {tau_ns} ns exceeds the largest supported {max_ns} ns")]
+    TauTooLarge {
+        /// The rejected bound, ns.
+        tau_ns: u128,
+        /// The largest accepted bound, ns.
+        max_ns: u128,
+    },
+    /// An operations limit set on a throttler built without one.
+    #[error("throttler `{name}`: cannot set an operations limit of {ops}/s: built without one")]
+    NoOpsLimit {
+        /// Throttler name.
+        name: String,
+        /// The rejected limit.
+        ops: u64,
+    },
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ mod bucket;
 mod clock;
 mod counters;
 mod error;
+mod fair;
 mod park;
 mod sync;
 mod throttler;
@@ -48,6 +49,9 @@ pub use clock::ManualClock;
 pub use clock::{ClampState, Clock, MonotonicClock, sleep_abs_monotonic};
 pub use counters::ThrottleCounters;
 pub use error::ThrottleError;
+pub use fair::{
+    DEFAULT_TAU, Dispatch, FairQueue, MAX_TAU, MAX_WEIGHT, Tenant, TenantScope, Ticket,
+};
 pub use park::{
     LeaseHook, LeaseObserver, LeaseParked, LeaseState, install_lease_hook, lease_hook_installed,
     notify_lease_state, park_current_lease, set_lease_observer,

@@ -8,6 +8,8 @@
 
 use std::sync::OnceLock;
 
+use crate::fair::Tenant;
+
 /// Parks and unparks *the calling thread's* CPU lease. Both calls never block.
 pub trait LeaseHook: Send + Sync + 'static {
     /// Park the calling thread's lease, if it holds one. Returns `true` if it
@@ -15,6 +17,15 @@ pub trait LeaseHook: Send + Sync + 'static {
     fn park_current(&self) -> bool;
     /// Take the lease back after a successful park (may borrow a slot).
     fn unpark_current(&self);
+    /// The tenant of the calling thread's current lease, if it has one
+    /// (a query's slots carry the query's tenant). Never blocks.
+    fn current_tenant(&self) -> Option<Tenant> {
+        None
+    }
+    /// Whether [`LeaseHook::current_tenant`] would return a tenant (no clone).
+    fn has_current_tenant(&self) -> bool {
+        false
+    }
 }
 
 static HOOK: OnceLock<&'static dyn LeaseHook> = OnceLock::new();
@@ -23,6 +34,16 @@ static HOOK: OnceLock<&'static dyn LeaseHook> = OnceLock::new();
 /// if a hook was already installed.
 pub fn install_lease_hook(hook: &'static dyn LeaseHook) -> bool {
     HOOK.set(hook).is_ok()
+}
+
+/// The tenant of the calling thread's current lease, through the hook.
+pub(crate) fn lease_tenant() -> Option<Tenant> {
+    HOOK.get().and_then(|h| h.current_tenant())
+}
+
+/// Whether the calling thread's current lease carries a tenant.
+pub(crate) fn has_lease_tenant() -> bool {
+    HOOK.get().is_some_and(|h| h.has_current_tenant())
 }
 
 /// Whether a lease hook is installed.

@@ -8,6 +8,7 @@ use crate::bucket::{Bucket, BucketError, MAX_DEBT_NANO};
 use crate::clock::{ClampState, Clock, MonotonicClock};
 use crate::counters::{Blocked, LiveCounters, ThrottleCounters};
 use crate::error::ThrottleError;
+use crate::fair::{DEFAULT_TAU, FairGate, Tenant};
 use crate::sync::Ordering;
 use crate::wait::{BlockingWait, WaitStrategy, default_wait};
 
@@ -70,6 +71,12 @@ pub trait Throttle: Send + Sync + Debug {
     /// below; this level is charged at `now + after_ns`, exactly as if the
     /// caller had already waited that long. Waits are recorded in the
     /// counters as booked.
+    ///
+    /// Without a current [`Tenant`] this never waits. With one, a
+    /// [`Throttler`] first takes the tenant's turn in its fair order (which
+    /// waits, CPU lease parked, only while other tenants' requests queue
+    /// there or its bookings run more than `τ` ahead), then books; the
+    /// returned delay runs from the return.
     fn reserve(
         &self,
         amount: u64,
@@ -94,9 +101,28 @@ pub struct ThrottlerBuilder {
     clock: Option<Arc<dyn Clock>>,
     wait: Option<Arc<dyn WaitStrategy>>,
     name: String,
+    tau: Duration,
+    max_ops: u64,
 }
 
 impl ThrottlerBuilder {
+    /// Also limit operations: at most `ops` requests per second (0 = no
+    /// limit), with the same burst duration. Every charge at this level is
+    /// one operation; a request waits until both the bytes and the
+    /// operations bucket allow it (cgroup `io.max` riops, Firecracker's ops
+    /// bucket).
+    pub fn max_ops(mut self, ops: u64) -> Self {
+        self.max_ops = ops;
+        self
+    }
+
+    /// The catch-up bound `τ` for tenants returning from idle (default
+    /// [`DEFAULT_TAU`], at most [`crate::MAX_TAU`]); see [`Tenant`].
+    pub fn tau(mut self, tau: Duration) -> Self {
+        self.tau = tau;
+        self
+    }
+
     /// Chain to `parent`: every charge here is also charged there.
     pub fn parent(mut self, parent: ThrottlePtr) -> Self {
         self.parent = Some(parent);
@@ -160,7 +186,17 @@ impl ThrottlerBuilder {
         let burst_ns = u64::try_from(self.burst.as_nanos()).unwrap_or(u64::MAX);
         let bucket = Bucket::new(self.max_speed, burst_ns, clock.now_ns())
             .map_err(|e| map_cfg_err(e, self.max_speed, burst_ns))?;
+        let ops = if self.max_ops > 0 {
+            Some(
+                Bucket::new(self.max_ops, burst_ns, clock.now_ns())
+                    .map_err(|e| map_cfg_err(e, self.max_ops, burst_ns))?,
+            )
+        } else {
+            None
+        };
         Ok(Throttler {
+            ops,
+            gate: FairGate::new(self.tau)?,
             clamp: (!clock.never_steps_back()).then(ClampState::new),
             bucket,
             live: LiveCounters::default(),
@@ -202,10 +238,24 @@ pub struct Throttler {
     clamp: Option<ClampState>,
     wait: Arc<dyn WaitStrategy>,
     name: String,
+    /// The fair order among waiting tenants (see the `fair` module).
+    gate: FairGate,
+    /// The operations bucket (one token per charge), if limited.
+    ops: Option<Bucket>,
 }
 
 /// What one level decided, before any waiting.
 struct Decision {
+    wait_ns: u64,
+}
+
+/// A charge taken in the fair order.
+struct FairCharge {
+    /// When the caller's turn came (clock ns).
+    turn_ns: u64,
+    /// From the turn to the end of this level's wait.
+    delay_ns: u64,
+    /// This level's own wait.
     wait_ns: u64,
 }
 
@@ -227,6 +277,8 @@ impl Throttler {
             clock: None,
             wait: None,
             name: String::from("throttler"),
+            tau: DEFAULT_TAU,
+            max_ops: 0,
         }
     }
 
@@ -238,6 +290,51 @@ impl Throttler {
     /// The configured rate, tokens/s (0 = unlimited).
     pub fn max_speed(&self) -> u64 {
         self.bucket.rate()
+    }
+
+    /// The operations limit, requests/s (0 = none); see
+    /// [`ThrottlerBuilder::max_ops`].
+    pub fn max_ops(&self) -> u64 {
+        self.ops.as_ref().map_or(0, Bucket::rate)
+    }
+
+    /// Change the operations limit at run time (keeping its tokens, as
+    /// [`Throttler::set_max_speed`] does). Only a throttler built with an
+    /// operations limit has one; 0 makes it unlimited.
+    pub fn set_max_ops(&self, ops: u64) -> Result<(), ThrottleError> {
+        match &self.ops {
+            Some(b) => b
+                .set_rate(ops, self.now())
+                .map_err(|e| map_cfg_err(e, ops, b.burst_ns())),
+            None if ops == 0 => Ok(()),
+            None => Err(ThrottleError::NoOpsLimit {
+                name: self.name.clone(),
+                ops,
+            }),
+        }
+    }
+
+    /// Whether any bucket here limits (so waits, and fairness, can happen).
+    fn limited(&self) -> bool {
+        self.max_speed() > 0 || self.max_ops() > 0
+    }
+
+    /// A request's cost in the fair order, and the rate that cost drains at:
+    /// bytes at the byte rate, or, with an operations limit, the time the
+    /// request occupies the two limits (`bytes/rate + 1/ops`, in ns; Seastar's
+    /// normalised cost).
+    fn fair_cost(&self, amount: u64) -> (u64, u64) {
+        let (rate, ops) = (self.max_speed(), self.max_ops());
+        if ops == 0 {
+            return (amount, rate);
+        }
+        let bytes_ns = if rate == 0 {
+            0
+        } else {
+            u128::from(amount) * 1_000_000_000 / u128::from(rate)
+        };
+        let ns = bytes_ns + 1_000_000_000 / u128::from(ops);
+        (u64::try_from(ns).unwrap_or(u64::MAX), 1_000_000_000)
     }
 
     /// The burst, as a duration of `max_speed`.
@@ -319,6 +416,26 @@ impl Throttler {
             },
             other => map_cfg_err(other, self.max_speed(), self.bucket.burst_ns()),
         })?;
+        let mut wait_ns = if charged.rate > 0 && charged.tokens_nano < 0 {
+            charged.wait_ns
+        } else {
+            0
+        };
+        if let Some(ops) = &self.ops {
+            // One operation; its debt is at most one token per charge, far
+            // below the exact range, so this never fails after the bytes.
+            let op = ops.charge(1, now_ns).map_err(|e| match e {
+                BucketError::Debt(d) => ThrottleError::DebtOverflow {
+                    name: self.name.clone(),
+                    debt_tokens: BucketError::debt_tokens(d),
+                    max_tokens: BucketError::debt_tokens(MAX_DEBT_NANO),
+                },
+                other => map_cfg_err(other, ops.rate(), ops.burst_ns()),
+            })?;
+            if op.rate > 0 && op.tokens_nano < 0 {
+                wait_ns = wait_ns.max(op.wait_ns);
+            }
+        }
         let count = self.add_count(amount);
         // A saturated count has passed every limit (none lies above
         // u64::MAX), also `limit = u64::MAX`, which `count > limit` misses.
@@ -331,12 +448,9 @@ impl Throttler {
             });
         }
         let max_block_ns = u64::try_from(max_block.as_nanos()).unwrap_or(u64::MAX);
-        let wait_ns = if max_block_ns > 0 && charged.rate > 0 && charged.tokens_nano < 0 {
-            charged.wait_ns.min(max_block_ns)
-        } else {
-            0
-        };
-        Ok(Decision { wait_ns })
+        Ok(Decision {
+            wait_ns: wait_ns.min(max_block_ns),
+        })
     }
 
     /// Add `amount` to the lifetime count, saturating at `u64::MAX`; returns
@@ -375,6 +489,101 @@ impl Throttler {
         }
     }
 
+    /// ClickHouse's `throttle`: charge here at once, wait for this level's
+    /// deficit, then the parent (today's path, without a tenant).
+    fn throttle_first_come(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
+        let now = self.now();
+        let d = self.charge_level(amount, max_block, now)?;
+        let block = d.wait_ns > 0;
+        if block {
+            self.perform_wait(now, d.wait_ns)?;
+        }
+        let parent_block = match &self.parent {
+            Some(p) => p.throttle(amount, max_block)?,
+            None => false,
+        };
+        Ok(block || parent_block)
+    }
+
+    /// Charge `amount` as the calling thread's current tenant: wait for its
+    /// fair turn at the bucket, then charge and wait as usual; then the parent.
+    fn throttle_fair(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
+        let f = self.charge_fair(amount, max_block, 0)?;
+        let block = f.wait_ns > 0;
+        if block {
+            self.perform_wait(f.turn_ns, f.delay_ns)?;
+        }
+        let parent_block = match &self.parent {
+            Some(p) => p.throttle(amount, max_block)?,
+            None => false,
+        };
+        Ok(block || parent_block)
+    }
+
+    /// Take the calling thread's tenant's fair turn at this level, then
+    /// charge this level at `max(turn, call + after_ns)` (the end of the
+    /// delay booked below, as [`Throttle::reserve`] does). Waits only while
+    /// other tenants' requests queue here or the bookings run more than `τ`
+    /// ahead.
+    fn charge_fair(
+        &self,
+        amount: u64,
+        max_block: Duration,
+        after_ns: u64,
+    ) -> Result<FairCharge, ThrottleError> {
+        let call = self.now();
+        let below_end = call.saturating_add(after_ns);
+        let charge = |turn: u64| -> Result<(u64, FairCharge), ThrottleError> {
+            let at = turn.max(below_end);
+            let wait_ns = self.charge_level(amount, max_block, at)?.wait_ns;
+            let end = at.saturating_add(wait_ns);
+            Ok((
+                end,
+                FairCharge {
+                    turn_ns: turn,
+                    delay_ns: end - turn,
+                    wait_ns,
+                },
+            ))
+        };
+        let tenant = if self.gate.open(call) {
+            None
+        } else {
+            Tenant::current()
+        };
+        let Some(tenant) = tenant else {
+            let (end, f) = charge(call)?;
+            if end > call {
+                self.gate.booked(end);
+            }
+            Tenant::with_current(|t| t.record(amount, f.wait_ns));
+            return Ok(f);
+        };
+        let (cost, rate) = self.fair_cost(amount);
+        let (_, f) = self
+            .gate
+            .enter(&tenant, cost, rate, &|| self.now(), charge)?;
+        tenant.record(amount, f.wait_ns.saturating_add(f.turn_ns - call));
+        Ok(f)
+    }
+
+    /// Throttle as `tenant` (see [`Tenant::enter`]): the wait is taken in the
+    /// fair order among the tenants waiting here and at every ancestor.
+    pub fn throttle_as(
+        &self,
+        tenant: &Tenant,
+        amount: u64,
+        max_block: Duration,
+    ) -> Result<bool, ThrottleError> {
+        let _scope = tenant.enter();
+        self.throttle(amount, max_block)
+    }
+
+    /// Requests waiting in the fair queue (not counting the one booked).
+    pub fn fair_queued(&self) -> usize {
+        self.gate.queued()
+    }
+
     /// Wait `wait_ns` from `start_ns` through the wait strategy.
     fn perform_wait(&self, start_ns: u64, wait_ns: u64) -> Result<(), ThrottleError> {
         let _blocked = Blocked::new(&self.live.block_count);
@@ -390,17 +599,10 @@ impl Throttler {
 
 impl Throttle for Throttler {
     fn throttle(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
-        let now = self.now();
-        let d = self.charge_level(amount, max_block, now)?;
-        let block = d.wait_ns > 0;
-        if block {
-            self.perform_wait(now, d.wait_ns)?;
+        if Tenant::has_current() && self.limited() {
+            return self.throttle_fair(amount, max_block);
         }
-        let parent_block = match &self.parent {
-            Some(p) => p.throttle(amount, max_block)?,
-            None => false,
-        };
-        Ok(block || parent_block)
+        self.throttle_first_come(amount, max_block)
     }
 
     fn throttle_page_cache_read(
@@ -437,19 +639,30 @@ impl Throttle for Throttler {
         source: Source,
     ) -> Result<Reservation, ThrottleError> {
         let mut wait_ns = 0;
+        let mut delay_ns = after_ns;
         if source == Source::PageCache && self.block_device {
             self.live
                 .page_cache_amount
                 .fetch_add(amount, Ordering::Relaxed);
+        } else if Tenant::has_current() && self.limited() {
+            // A tenant's booking is made in the fair order (the caller's
+            // turn may take a wait, lease parked); the delay runs from now.
+            let f = self.charge_fair(amount, max_block, after_ns)?;
+            if f.wait_ns > 0 {
+                self.live.record_wait(f.wait_ns);
+            }
+            wait_ns = f.wait_ns;
+            delay_ns = f.delay_ns;
         } else {
             let now = self.now().saturating_add(after_ns);
             wait_ns = self.charge_level(amount, max_block, now)?.wait_ns;
             if wait_ns > 0 {
                 self.live.record_wait(wait_ns);
             }
+            delay_ns = after_ns.saturating_add(wait_ns);
         }
         let here = Reservation {
-            delay_ns: after_ns.saturating_add(wait_ns),
+            delay_ns,
             blocked: wait_ns > 0,
         };
         match &self.parent {

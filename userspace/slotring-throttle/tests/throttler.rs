@@ -544,3 +544,71 @@ fn race_two_charges_of_60(t: &Arc<Throttler>) -> Vec<Result<bool, ThrottleError>
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     })
 }
+
+#[test]
+fn operations_limit_waits_for_the_later_of_bytes_and_operations() {
+    let c = clock();
+    let t = Throttler::builder(64 << 20)
+        .max_ops(1000)
+        .burst(Duration::ZERO)
+        .clock(c.clone())
+        .build()
+        .unwrap();
+    assert_eq!(t.max_ops(), 1000);
+    // 4 KiB at 64 MiB/s is 61 µs; one operation at 1000/s is 1 ms.
+    for _ in 0..100 {
+        assert!(t.throttle(4096, UNLIMITED_BLOCK).unwrap());
+    }
+    assert_eq!(
+        c.now_ns() - T0,
+        100 * SEC / 1000,
+        "the operations limit binds"
+    );
+    // 1 MiB at 64 MiB/s is 15.625 ms: now the bytes bind.
+    let before = c.now_ns();
+    t.throttle(1 << 20, UNLIMITED_BLOCK).unwrap();
+    assert_eq!(c.now_ns() - before, 15_625_000);
+    assert_eq!(
+        t.count(),
+        100 * 4096 + (1 << 20),
+        "bytes are counted, not ops"
+    );
+    // Without an operations limit, small reads only pay their bytes.
+    let c2 = clock();
+    let plain = Throttler::builder(64 << 20)
+        .burst(Duration::ZERO)
+        .clock(c2.clone())
+        .build()
+        .unwrap();
+    plain.throttle(4096, UNLIMITED_BLOCK).unwrap();
+    assert_eq!(c2.now_ns() - T0, 61_036, "ceil(4096 / 64 MiB/s)");
+}
+
+#[test]
+fn operations_limit_has_a_burst_and_changes_at_run_time() {
+    let c = clock();
+    let t = Throttler::builder(0)
+        .max_ops(10)
+        .clock(c.clone())
+        .build()
+        .unwrap();
+    for _ in 0..10 {
+        assert!(
+            !t.throttle(1, UNLIMITED_BLOCK).unwrap(),
+            "one second of ops"
+        );
+    }
+    assert!(t.throttle(1, UNLIMITED_BLOCK).unwrap());
+    assert_eq!(c.now_ns() - T0, SEC / 10);
+    t.set_max_ops(0).unwrap();
+    assert!(!t.throttle(1, UNLIMITED_BLOCK).unwrap(), "0 = unlimited");
+    let plain = throttler(10, &c);
+    assert_eq!(
+        plain.set_max_ops(5).unwrap_err(),
+        ThrottleError::NoOpsLimit {
+            name: "t".into(),
+            ops: 5
+        }
+    );
+    plain.set_max_ops(0).unwrap();
+}

@@ -160,6 +160,27 @@ pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
     }
     counter_set_families(&[(vec![], s.slots)], &mut out);
     counter_set_families(&[(vec![], s.uring)], &mut out);
+    // Tenants: the top ones by bytes and `other` (bounded cardinality).
+    if !s.tenants.is_empty() {
+        let top = crate::snapshot::top_tenants(&s.tenants, crate::snapshot::TENANT_SERIES);
+        let series = |f: &dyn Fn(&crate::snapshot::TenantStat) -> f64| {
+            top.iter()
+                .map(|t| counter_metric(f(t), &[("tenant", t.name.as_str())]))
+                .collect()
+        };
+        out.push(family(
+            "slotring_tenant_bytes_total",
+            "Bytes charged to throttlers as this tenant (the top tenants by bytes; `other` sums the rest, so it may step down when a tenant enters the top).",
+            MetricType::COUNTER,
+            series(&|t| t.charged as f64),
+        ));
+        out.push(family(
+            "slotring_tenant_wait_seconds_total",
+            "Time this tenant's requests waited on throttlers (same series as slotring_tenant_bytes_total).",
+            MetricType::COUNTER,
+            series(&|t| secs_ns(t.wait_ns)),
+        ));
+    }
     // Kernel probes.
     out.push(gauge(
         "slotring_probes_attached",
@@ -293,6 +314,7 @@ fn every_desc(gauges: &[(&str, &str)]) -> Vec<prometheus::core::Desc> {
     let full = Snapshot {
         throttlers: vec![crate::snapshot::NamedThrottler::default()],
         kernel: Some(crate::snapshot::KernelSnapshot::default()),
+        tenants: vec![crate::snapshot::TenantStat::default()],
         ..Snapshot::default()
     };
     let mut all = families(&full);
@@ -416,5 +438,32 @@ mod tests {
         assert!(text.contains("slotring_probes_attached 0\n"));
         assert!(!text.contains("slotring_parked_oncpu_seconds_total"));
         assert!(!text.contains("slotring_throttler_bytes_total"));
+    }
+
+    #[test]
+    fn tenants_export_the_top_ones_and_other() {
+        let s = Snapshot {
+            tenants: (0..50u64)
+                .map(|i| crate::snapshot::TenantStat {
+                    name: format!("q{i}"),
+                    charged: i << 20,
+                    wait_ns: 500_000_000,
+                })
+                .collect(),
+            ..Snapshot::default()
+        };
+        let text = encode(&s);
+        assert!(
+            text.contains("slotring_tenant_bytes_total{tenant=\"q49\"} 51380224\n"),
+            "{text}"
+        );
+        assert!(text.contains("slotring_tenant_wait_seconds_total{tenant=\"q40\"} 0.5\n"));
+        assert!(!text.contains("tenant=\"q39\""), "outside the top 10");
+        let other: u64 = (0..40u64).map(|i| i << 20).sum();
+        assert!(text.contains(&format!(
+            "slotring_tenant_bytes_total{{tenant=\"other\"}} {other}\n"
+        )));
+        assert_eq!(text.matches("slotring_tenant_bytes_total{").count(), 11);
+        assert!(!encode(&Snapshot::default()).contains("slotring_tenant_"));
     }
 }

@@ -223,6 +223,8 @@ impl PinnedMaps {
             slots: self.slots()?,
             uring: self.uring()?,
             kernel: Some(self.kernel()?),
+            // Tenants live in the process that made them: not pinned.
+            tenants: Vec::new(),
         })
     }
 }

@@ -82,4 +82,83 @@ pub struct Snapshot {
     pub uring: UringCounters,
     /// Kernel measurements; `None` when the probes are not attached.
     pub kernel: Option<KernelSnapshot>,
+    /// Tenants sharing the throttlers (any number: exporters keep the top
+    /// [`TENANT_SERIES`] by bytes and sum the rest, see [`top_tenants`]).
+    pub tenants: Vec<TenantStat>,
+}
+
+/// The most tenants exported one series each; the rest are summed into one
+/// series named [`OTHER_TENANTS`], so the label cardinality stays bounded
+/// however many queries run.
+pub const TENANT_SERIES: usize = 10;
+/// The name of the series that sums the tenants outside the top ones.
+pub const OTHER_TENANTS: &str = "other";
+
+/// One tenant's share of the throttlers (see [`slotring_throttle::Tenant`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantStat {
+    /// The tenant's name (the `tenant` label).
+    pub name: String,
+    /// Tokens (bytes) charged as the tenant, summed over throttler levels.
+    pub charged: u64,
+    /// Time its requests waited, ns.
+    pub wait_ns: u64,
+}
+
+impl TenantStat {
+    /// The statistics of `tenant` now.
+    pub fn of(tenant: &slotring_throttle::Tenant) -> Self {
+        Self {
+            name: tenant.name().to_owned(),
+            charged: tenant.charged(),
+            wait_ns: tenant.wait_ns(),
+        }
+    }
+}
+
+/// The `n` tenants with the most bytes (ties: by name), then, if any are
+/// left, one [`OTHER_TENANTS`] entry summing them (saturating).
+pub fn top_tenants(all: &[TenantStat], n: usize) -> Vec<TenantStat> {
+    let mut sorted: Vec<&TenantStat> = all.iter().collect();
+    sorted.sort_by(|a, b| b.charged.cmp(&a.charged).then_with(|| a.name.cmp(&b.name)));
+    let mut out: Vec<TenantStat> = sorted.iter().take(n).map(|t| (*t).clone()).collect();
+    if sorted.len() > n {
+        let mut other = TenantStat {
+            name: OTHER_TENANTS.to_owned(),
+            ..TenantStat::default()
+        };
+        for t in &sorted[n..] {
+            other.charged = other.charged.saturating_add(t.charged);
+            other.wait_ns = other.wait_ns.saturating_add(t.wait_ns);
+        }
+        out.push(other);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_tenants_bound_the_series_and_lose_nothing() {
+        let all: Vec<TenantStat> = (0..10_000u64)
+            .map(|i| TenantStat {
+                name: format!("q{i}"),
+                charged: i,
+                wait_ns: 1,
+            })
+            .collect();
+        let top = top_tenants(&all, 3);
+        let names: Vec<&str> = top.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["q9999", "q9998", "q9997", "other"]);
+        let total: u64 = top.iter().map(|t| t.charged).sum();
+        assert_eq!(total, (0..10_000u64).sum::<u64>(), "other sums the rest");
+        assert_eq!(top[3].wait_ns, 9_997);
+        assert_eq!(
+            top_tenants(&all[..2], 3).len(),
+            2,
+            "no `other` when all fit"
+        );
+    }
 }

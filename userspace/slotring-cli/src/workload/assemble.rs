@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use slotring::bpf::{ProbeStatus, SlotringBpf, Verdict, VerifyConfig};
-use slotring::throttle::Throttler;
+use slotring::throttle::{Tenant, Throttler};
 
 use super::counters::{io_report, slots_report, throttle_report};
 use super::lock;
@@ -85,7 +85,15 @@ pub(super) fn report(f: Finished<'_>) -> Report {
 
 /// One line per query, times relative to the start of the queries.
 fn query_reports(live: &Live) -> Vec<QueryReport> {
-    lock(&live.queries)
+    let queries = lock(&live.queries);
+    // The scans' shares of the disk throttler, beside their weights' shares.
+    let (scan_disk, scan_weights) = queries
+        .iter()
+        .filter_map(|q| q.tenant.as_ref())
+        .fold((0u64, 0u32), |(b, w), t| {
+            (b.saturating_add(t.charged()), w + t.weight())
+        });
+    queries
         .iter()
         .map(|q| {
             let end = lock(&q.end).unwrap_or_else(Instant::now);
@@ -100,6 +108,16 @@ fn query_reports(live: &Live) -> Vec<QueryReport> {
                 mean_slots: q.held_sum.load(Ordering::Relaxed) as f64 / samples.max(1) as f64,
                 max_slots: q.max_held.load(Ordering::Relaxed),
                 slot_wait_s: q.slot_wait_ns.load(Ordering::Relaxed) as f64 / 1e9,
+                threads: (q.kind == QueryKind::Scan).then(|| live.cfg.scan_width(q.id - 1)),
+                disk_bytes: q.tenant.as_ref().map(Tenant::charged),
+                disk_share_pct: q
+                    .tenant
+                    .as_ref()
+                    .map(|t| 100.0 * t.charged() as f64 / scan_disk.max(1) as f64),
+                fair_share_pct: q
+                    .tenant
+                    .as_ref()
+                    .map(|t| 100.0 * f64::from(t.weight()) / f64::from(scan_weights.max(1))),
             }
         })
         .collect()

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use slotring::bpf::{SlotringBpf, ThrottleStats};
 use slotring::metrics::SlotringCollector;
 use slotring::pinned::{self, ThreadState};
-use slotring::snapshot::{KernelSnapshot, NamedThrottler, Snapshot};
-use slotring::throttle::Throttler;
+use slotring::snapshot::{KernelSnapshot, NamedThrottler, Snapshot, TenantStat};
+use slotring::throttle::{Tenant, Throttler};
 
 use super::progress::Progress;
 use super::workers::Live;
@@ -72,6 +72,8 @@ pub(super) struct Sampler<'a> {
     last_t: f64,
     last_amount: u64,
     last_cache: u64,
+    /// Each scan's tenant bytes at the previous sample.
+    last_scan_disk: Vec<u64>,
 }
 
 impl<'a> Sampler<'a> {
@@ -94,6 +96,7 @@ impl<'a> Sampler<'a> {
             out: Sampled {
                 timeline: Timeline {
                     scan_slots: vec![Vec::new(); live.cfg.scans as usize],
+                    scan_disk_bytes_per_s: vec![Vec::new(); live.cfg.scans as usize],
                     ..Timeline::default()
                 },
                 jain_sum: 0.0,
@@ -103,6 +106,7 @@ impl<'a> Sampler<'a> {
             last_t: 0.0,
             last_amount: live.read.counters().amount,
             last_cache: live.engines.total().page_cache_bytes,
+            last_scan_disk: vec![0; live.cfg.scans as usize],
         }
     }
 
@@ -150,6 +154,11 @@ impl<'a> Sampler<'a> {
             match q.kind {
                 QueryKind::Scan => {
                     timeline.scan_slots[si].push(held);
+                    // The scan's disk rate: bytes charged as its tenant.
+                    let disk = q.tenant.as_ref().map_or(0, Tenant::charged);
+                    timeline.scan_disk_bytes_per_s[si]
+                        .push(disk.saturating_sub(self.last_scan_disk[si]) as f64 / dt);
+                    self.last_scan_disk[si] = disk;
                     si += 1;
                     if q.live() {
                         scan_live.push(held as f64);
@@ -193,6 +202,10 @@ impl<'a> Sampler<'a> {
             slots,
             uring,
             kernel: self.bpf.and_then(kernel_snapshot),
+            tenants: queries
+                .iter()
+                .filter_map(|q| q.tenant.as_ref().map(TenantStat::of))
+                .collect(),
         };
         self.progress.update(t, disk_rate, &slots);
     }

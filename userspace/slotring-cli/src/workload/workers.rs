@@ -7,7 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use slotring::slots::{Allocation, ConcurrencyControl, SlotsError};
-use slotring::throttle::{ThrottlePtr, Throttler};
+use slotring::throttle::{Tenant, ThrottlePtr, Throttler};
 use slotring::uring::UringFile;
 
 use super::engines::Engines;
@@ -27,6 +27,8 @@ const MAX_LIVE_SHORT: u64 = 64;
 pub(super) struct QueryState {
     pub id: u32,
     pub kind: QueryKind,
+    /// A scan's tenant on the throttlers (weight 1), carried by its slots.
+    pub tenant: Option<Tenant>,
     pub start: Instant,
     pub end: Mutex<Option<Instant>>,
     /// Slots held now.
@@ -41,10 +43,11 @@ pub(super) struct QueryState {
 }
 
 impl QueryState {
-    fn new(id: u32, kind: QueryKind) -> Arc<Self> {
+    fn new(id: u32, kind: QueryKind, tenant: Option<Tenant>) -> Arc<Self> {
         Arc::new(Self {
             id,
             kind,
+            tenant,
             start: Instant::now(),
             end: Mutex::new(None),
             held: AtomicU64::new(0),
@@ -119,8 +122,8 @@ impl Live {
         self.stop.load(Ordering::Relaxed) || Instant::now() >= self.deadline
     }
 
-    fn add_query(&self, id: u32, kind: QueryKind) -> Arc<QueryState> {
-        let q = QueryState::new(id, kind);
+    fn add_query(&self, id: u32, kind: QueryKind, tenant: Option<Tenant>) -> Arc<QueryState> {
+        let q = QueryState::new(id, kind, tenant);
         lock(&self.queries).push(q.clone());
         q
     }
@@ -161,20 +164,26 @@ pub(super) fn start(live: &Arc<Live>, progress: &mut Progress) -> Result<Workers
     let mut scan_threads = Vec::new();
     let mut scans = Vec::new();
     for i in 0..cfg.scans {
-        let q = live.add_query(i + 1, QueryKind::Scan);
+        let width = cfg.scan_width(i);
+        let tenant =
+            Tenant::new(format!("scan{}", i + 1), 1).expect("weight 1 is a valid tenant weight");
+        let q = live.add_query(i + 1, QueryKind::Scan, Some(tenant.clone()));
         scans.push(q.clone());
-        let alloc = Arc::new(live.cc.allocate(1, u64::from(cfg.scan_threads)).map_err(
-            |source| RunError::Slots {
-                scan: i + 1,
-                source,
-            },
-        )?);
-        let max = Arc::new(AtomicU64::new(u64::from(cfg.scan_threads)));
+        let alloc = Arc::new(
+            live.cc
+                .allocate(1, u64::from(width))
+                .map_err(|source| RunError::Slots {
+                    scan: i + 1,
+                    source,
+                })?
+                .with_tenant(tenant),
+        );
+        let max = Arc::new(AtomicU64::new(u64::from(width)));
         let cursor = Arc::new(AtomicU64::new(
             (cfg.file_size / u64::from(cfg.scans)) * u64::from(i) / cfg.read_size * cfg.read_size,
         ));
         progress.add_scan(q.clone());
-        for t in 0..cfg.scan_threads {
+        for t in 0..width {
             let (live, q, alloc, cursor, max) = (
                 live.clone(),
                 q.clone(),
@@ -261,6 +270,11 @@ fn scan_worker(
         q.held.fetch_add(1, Ordering::Relaxed);
         {
             let _current = live.cfg.lease_parking.then(|| slot.make_current());
+            // The current slot carries the scan's tenant; without lease
+            // parking the thread names it itself.
+            let _tenant = (!live.cfg.lease_parking)
+                .then(|| q.tenant.as_ref().map(Tenant::enter))
+                .flatten();
             let started = Instant::now();
             while started.elapsed() < live.cfg.slot_quantum {
                 if live.stopping() {
@@ -306,7 +320,7 @@ fn spawn_shorts(live: &Arc<Live>, mut id: u32) -> Vec<JoinHandle<()>> {
     while !live.stopping() {
         next += every;
         if live.live_short.load(Ordering::Relaxed) < MAX_LIVE_SHORT {
-            let q = live.add_query(id, QueryKind::Short);
+            let q = live.add_query(id, QueryKind::Short, None);
             id += 1;
             live.live_short.fetch_add(1, Ordering::Relaxed);
             live.query_threads.fetch_add(1, Ordering::Relaxed);

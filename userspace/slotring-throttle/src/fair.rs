@@ -1,0 +1,528 @@
+//! Weighted fair sharing of one throttler between tenants.
+//!
+//! # The model
+//!
+//! A [`Throttler`](crate::Throttler)'s bucket stays the one hard limit: every
+//! request, with or without a tenant, is charged there exactly once, so the
+//! token-bucket bound (`charged ≤ burst + rate·T + one request` over any
+//! window) holds for the total and *a fortiori* for every tenant. Fairness
+//! only decides the **order** in which waiting requests reach the bucket.
+//!
+//! The order is start-time fair queueing (SFQ, Goyal et al.; the discipline
+//! of Seastar's `fair_queue` and ClickHouse's scheduler `fair` node) over
+//! [`Tenant`]s with integer weights:
+//!
+//! * virtual time is in units of `token / weight` (scaled by 2¹⁶, exact
+//!   integers); `V` is the start tag of the request dispatched last;
+//! * a request of cost `L` from tenant `t` (weight `w_t`, last finish tag
+//!   `F_t`) gets `S = max(F_t, V − τ_v)` and `F_t ← S + L/w_t`; each tenant's
+//!   requests keep their arrival order;
+//! * the waiting request with the smallest `S` (ties: arrival order) goes
+//!   next: it is charged to the bucket once the bookings already there end
+//!   within `τ` (the *booking horizon*), so a request arriving with a
+//!   smaller tag overtakes every queued one and waits behind at most `τ` of
+//!   booked requests (plus the one that crosses it), while the hand-over
+//!   from one sleeper to the next never leaves the bucket idle.
+//!
+//! While tenants are backlogged, each receives `rate · w_t / Σw` (SFQ's bound:
+//! any two backlogged tenants' normalised service differs by at most
+//! `L_max/w_i + L_max/w_j`). The discipline is work-conserving: the bucket is
+//! the only thing that makes anyone wait, so a tenant that stops sending
+//! leaves its share to the others at the next dispatch.
+//!
+//! **Catch-up bound.** A tenant returning from idle starts at `V − τ_v`,
+//! never earlier, where `τ_v = τ · rate / Σw` (Σw over the tenants then
+//! waiting, itself included): it may run ahead of the others by at most its
+//! own share of `τ` seconds of the rate — never a burst of its idle time
+//! (Seastar's `tau`, default 5 ms).
+//!
+//! # Scope
+//!
+//! The order applies wherever a tenant is current on the calling thread
+//! ([`Tenant::enter`], or the tenant of the thread's current CPU lease):
+//! [`crate::Throttle::throttle`] takes its turn, then waits as today; and
+//! [`crate::Throttle::reserve`] (the io_uring and pread engines) takes its
+//! turn, then books, so the delay it returns — the deadline of the ring's
+//! timeout SQE — is the fair one. Taking a turn waits (CPU lease parked)
+//! only while other requests queue or the bookings run more than `τ` ahead;
+//! alone, a tenant never waits for a turn and every wait is today's. An
+//! async runtime thread must not have a tenant current (its reservation
+//! could block the runtime): the async handle stays first-come.
+//!
+//! # Bad input
+//!
+//! A weight of 0 or above [`MAX_WEIGHT`] is a typed error. A tenant handle may
+//! be used on any number of throttlers: each keeps its own tags for it (by
+//! the handle's process-unique id), so it is fair separately at each. Dropping
+//! a handle does not cancel requests already waiting (they hold a clone);
+//! a throttler forgets a tenant once it is idle and its finish tag lies
+//! at or below `V` (it then returns with the full catch-up bound, which it
+//! could have had anyway), so ten thousand
+//! short-lived tenants cost memory only while they wait.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+use std::time::Duration;
+
+use crate::error::ThrottleError;
+
+/// The largest tenant weight.
+pub const MAX_WEIGHT: u32 = 1 << 16;
+/// The default catch-up bound `τ` (Seastar's 5 ms).
+pub const DEFAULT_TAU: Duration = Duration::from_millis(5);
+/// The largest accepted catch-up bound.
+pub const MAX_TAU: Duration = Duration::from_secs(60);
+
+/// Virtual units per token at weight 1.
+const SCALE: u128 = 1 << 16;
+
+static NEXT_ID: StdAtomicU64 = StdAtomicU64::new(1);
+
+#[derive(Debug)]
+struct TenantInner {
+    id: u64,
+    weight: u32,
+    name: String,
+    /// Tokens charged as this tenant, summed over throttler levels.
+    charged: StdAtomicU64,
+    /// Waits booked for it, ns, summed over throttler levels.
+    wait_ns: StdAtomicU64,
+}
+
+/// A party sharing throttlers by weight (a query, a user, a workload).
+/// Cheap to clone; clones are the same tenant.
+#[derive(Debug, Clone)]
+pub struct Tenant(Arc<TenantInner>);
+
+impl Tenant {
+    /// A tenant of `weight` (1..=[`MAX_WEIGHT`]).
+    pub fn new(name: impl Into<String>, weight: u32) -> Result<Self, ThrottleError> {
+        let name = name.into();
+        if weight == 0 || weight > MAX_WEIGHT {
+            return Err(ThrottleError::TenantWeight {
+                name,
+                weight,
+                max: MAX_WEIGHT,
+            });
+        }
+        Ok(Self(Arc::new(TenantInner {
+            id: NEXT_ID.fetch_add(1, StdOrdering::Relaxed),
+            weight,
+            name,
+            charged: StdAtomicU64::new(0),
+            wait_ns: StdAtomicU64::new(0),
+        })))
+    }
+
+    /// Tokens charged as this tenant, summed over every throttler level that
+    /// charged it (for a single-level disk throttler: its disk bytes).
+    /// Saturates at `u64::MAX`.
+    pub fn charged(&self) -> u64 {
+        self.0.charged.load(StdOrdering::Relaxed)
+    }
+
+    /// Time its requests waited (booked), ns, summed like
+    /// [`Tenant::charged`].
+    pub fn wait_ns(&self) -> u64 {
+        self.0.wait_ns.load(StdOrdering::Relaxed)
+    }
+
+    /// Count one charge (statistics: relaxed, saturating, never fails).
+    pub(crate) fn record(&self, amount: u64, wait_ns: u64) {
+        let add = |a: &StdAtomicU64, v: u64| {
+            if v > 0 {
+                let _ = a.fetch_update(StdOrdering::Relaxed, StdOrdering::Relaxed, |x| {
+                    Some(x.saturating_add(v))
+                });
+            }
+        };
+        add(&self.0.charged, amount);
+        add(&self.0.wait_ns, wait_ns);
+    }
+
+    /// The process-unique id of this tenant.
+    pub fn id(&self) -> u64 {
+        self.0.id
+    }
+
+    /// The weight.
+    pub fn weight(&self) -> u32 {
+        self.0.weight
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// Make this the calling thread's current tenant until the guard drops:
+    /// every throttler the thread waits on then charges it as this tenant.
+    /// Guards nest; dropping one restores the tenant that was current before.
+    /// A tenant entered here takes precedence over the tenant of the
+    /// thread's current CPU lease (see [`crate::LeaseHook::current_tenant`]).
+    pub fn enter(&self) -> TenantScope {
+        let prev = CURRENT.with(|c| c.borrow_mut().replace(self.clone()));
+        TenantScope {
+            prev,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The calling thread's current tenant, if any: the one entered with
+    /// [`Tenant::enter`], else the one its current CPU lease carries.
+    pub fn current() -> Option<Tenant> {
+        CURRENT
+            .try_with(|c| c.borrow().clone())
+            .ok()
+            .flatten()
+            .or_else(crate::park::lease_tenant)
+    }
+
+    /// Call `f` with the calling thread's current tenant, if any, without
+    /// cloning the handle when it was entered on this thread.
+    pub(crate) fn with_current(f: impl FnOnce(&Tenant)) {
+        let mut f = Some(f);
+        let _ = CURRENT.try_with(|c| {
+            if let Some(t) = c.borrow().as_ref()
+                && let Some(f) = f.take()
+            {
+                f(t);
+            }
+        });
+        if let Some(f) = f
+            && let Some(t) = crate::park::lease_tenant()
+        {
+            f(&t);
+        }
+    }
+
+    /// Whether the calling thread has a current tenant (no clone).
+    pub(crate) fn has_current() -> bool {
+        CURRENT.try_with(|c| c.borrow().is_some()).unwrap_or(false)
+            || crate::park::has_lease_tenant()
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<Tenant>> = const { RefCell::new(None) };
+}
+
+/// While alive, a tenant is current on this thread; see [`Tenant::enter`].
+#[must_use = "the tenant is current only while this guard lives"]
+#[derive(Debug)]
+pub struct TenantScope {
+    prev: Option<Tenant>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for TenantScope {
+    fn drop(&mut self) {
+        let prev = self.prev.take();
+        let _ = CURRENT.try_with(|c| *c.borrow_mut() = prev);
+    }
+}
+
+/// A waiting request's place in a [`FairQueue`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+/// The request a [`FairQueue`] lets go next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dispatch {
+    /// The request.
+    pub ticket: Ticket,
+    /// The tenant's id ([`Tenant::id`]).
+    pub tenant: u64,
+    /// Its cost, tokens.
+    pub cost: u64,
+}
+
+#[derive(Debug)]
+struct Pending {
+    ticket: Ticket,
+    start: u128,
+    cost: u64,
+}
+
+#[derive(Debug)]
+struct TenantState {
+    weight: u32,
+    finish: u128,
+    queue: VecDeque<Pending>,
+}
+
+/// The pure fair order (no clock, no waiting): start-time fair queueing with
+/// a catch-up bound. See the module docs for the model.
+#[derive(Debug)]
+pub struct FairQueue {
+    tau_ns: u64,
+    v: u128,
+    seq: u64,
+    tenants: HashMap<u64, TenantState>,
+    /// `(start tag, ticket) → tenant` for the head of every backlogged tenant.
+    heads: BTreeMap<(u128, Ticket), u64>,
+    active_weight: u64,
+    pending: usize,
+    pops_since_sweep: usize,
+}
+
+impl FairQueue {
+    /// An empty queue with catch-up bound `tau` (at most [`MAX_TAU`]).
+    pub fn new(tau: Duration) -> Result<Self, ThrottleError> {
+        if tau > MAX_TAU {
+            return Err(ThrottleError::TauTooLarge {
+                tau_ns: tau.as_nanos(),
+                max_ns: MAX_TAU.as_nanos(),
+            });
+        }
+        Ok(Self {
+            tau_ns: u64::try_from(tau.as_nanos()).unwrap_or(u64::MAX),
+            v: 0,
+            seq: 0,
+            tenants: HashMap::new(),
+            heads: BTreeMap::new(),
+            active_weight: 0,
+            pending: 0,
+            pops_since_sweep: 0,
+        })
+    }
+
+    /// `τ_v` at `rate` tokens/s for a total waiting weight `weight_sum`.
+    fn tau_v(&self, rate: u64, weight_sum: u64) -> u128 {
+        let num = u128::from(self.tau_ns)
+            .saturating_mul(u128::from(rate))
+            .saturating_mul(SCALE);
+        num / (1_000_000_000 * u128::from(weight_sum.max(1)))
+    }
+
+    /// Queue a request of `cost` tokens from `tenant` on a throttler of
+    /// `rate` tokens/s (which scales the catch-up bound).
+    pub fn push(&mut self, tenant: &Tenant, cost: u64, rate: u64) -> Ticket {
+        let ticket = Ticket(self.seq);
+        self.seq += 1;
+        let w = tenant.weight();
+        let idle = self
+            .tenants
+            .get(&tenant.id())
+            .is_none_or(|s| s.queue.is_empty());
+        let weight_sum = self.active_weight + if idle { u64::from(w) } else { 0 };
+        let floor = self.v.saturating_sub(self.tau_v(rate, weight_sum));
+        let st = self.tenants.entry(tenant.id()).or_insert(TenantState {
+            weight: w,
+            finish: 0,
+            queue: VecDeque::new(),
+        });
+        let start = st.finish.max(floor);
+        st.finish = start + u128::from(cost) * SCALE / u128::from(w);
+        st.queue.push_back(Pending {
+            ticket,
+            start,
+            cost,
+        });
+        if idle {
+            self.heads.insert((start, ticket), tenant.id());
+            self.active_weight += u64::from(w);
+        }
+        self.pending += 1;
+        ticket
+    }
+
+    /// The request that goes next, without removing it.
+    pub fn peek(&self) -> Option<Ticket> {
+        self.heads.keys().next().map(|&(_, t)| t)
+    }
+
+    /// Remove and return the request that goes next; `V` moves to its tag.
+    pub fn pop(&mut self) -> Option<Dispatch> {
+        let ((start, ticket), id) = self.heads.pop_first()?;
+        let st = self
+            .tenants
+            .get_mut(&id)
+            .expect("a head belongs to a tenant");
+        let p = st.queue.pop_front().expect("a head is queued");
+        debug_assert_eq!(p.ticket, ticket);
+        match st.queue.front() {
+            Some(next) => {
+                self.heads.insert((next.start, next.ticket), id);
+            }
+            None => self.active_weight -= u64::from(st.weight),
+        }
+        self.v = self.v.max(start);
+        self.pending -= 1;
+        // Sweep once per max(64, tenants) dispatches: amortised O(1).
+        self.pops_since_sweep += 1;
+        if self.pops_since_sweep >= self.tenants.len().max(64) {
+            self.sweep();
+        }
+        Some(Dispatch {
+            ticket,
+            tenant: id,
+            cost: p.cost,
+        })
+    }
+
+    /// Forget idle tenants whose finish tag lies at or below `V`. Such a
+    /// tenant returns at `V − τ_v`, where keeping it would have given
+    /// `max(F_t, V − τ_v)`: at most the catch-up bound it may have anyway.
+    fn sweep(&mut self) {
+        let v = self.v;
+        self.tenants
+            .retain(|_, s| !s.queue.is_empty() || s.finish > v);
+        self.pops_since_sweep = 0;
+    }
+
+    /// Requests waiting.
+    pub fn len(&self) -> usize {
+        self.pending
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.pending == 0
+    }
+
+    /// Tenants this queue currently keeps state for.
+    pub fn tenants(&self) -> usize {
+        self.tenants.len()
+    }
+
+    /// The sum of the weights of the tenants with waiting requests.
+    pub fn active_weight(&self) -> u64 {
+        self.active_weight
+    }
+}
+
+#[derive(Debug)]
+struct GateState {
+    queue: FairQueue,
+    parked: HashMap<Ticket, std::thread::Thread>,
+}
+
+impl GateState {
+    /// Wake the request that goes next, so it can check its turn.
+    fn wake_head(&mut self) {
+        if let Some(head) = self.queue.peek()
+            && let Some(thread) = self.parked.remove(&head)
+        {
+            thread.unpark();
+        }
+    }
+}
+
+/// The blocking side of the fair order: tenants' callers queue in a
+/// [`FairQueue`] and reach the bucket in its order. The next request is
+/// charged once the bookings already in the bucket end within the *booking
+/// horizon* `τ` (the catch-up bound: one parameter, "how far ahead of the
+/// fair order anything may run"), so a request arriving ahead in the order
+/// waits behind at most `τ` of others' bookings, and the hand-over from one
+/// request to the next never idles the bucket. Bookings are tracked by their
+/// end (`booked_until`), not by their callers, so a booking made for
+/// [`crate::Throttle::reserve`] (whose caller waits elsewhere, e.g. in a
+/// timeout SQE) holds the horizon exactly like a sleeping caller.
+///
+/// # Memory ordering
+///
+/// `queued` and `booked_until` are hints for the lock-free fast path
+/// (`Acquire` loads; `booked_until` only grows, by `fetch_max`): a caller
+/// that finds nobody queued and the bookings within `τ` charges the bucket at
+/// once, which is what the fair order would do; two such callers racing may
+/// both book, running ahead by one request each (bounded by the number of
+/// threads, never losing or creating a token). Everything that decides the
+/// order, and every charge of a queued caller, happens under the mutex;
+/// tokens are charged only by the bucket, exactly once per request.
+#[derive(Debug)]
+pub(crate) struct FairGate {
+    queued: crate::sync::AtomicU64,
+    booked_until: crate::sync::AtomicU64,
+    horizon_ns: u64,
+    state: crate::sync::Mutex<GateState>,
+}
+
+impl FairGate {
+    pub(crate) fn new(tau: Duration) -> Result<Self, ThrottleError> {
+        Ok(Self {
+            queued: crate::sync::AtomicU64::new(0),
+            booked_until: crate::sync::AtomicU64::new(0),
+            horizon_ns: u64::try_from(tau.as_nanos()).unwrap_or(u64::MAX),
+            state: crate::sync::Mutex::new(GateState {
+                queue: FairQueue::new(tau)?,
+                parked: HashMap::new(),
+            }),
+        })
+    }
+
+    /// Whether a caller at `now` may charge at once: nobody queued and the
+    /// bookings end within the horizon.
+    pub(crate) fn open(&self, now: u64) -> bool {
+        use crate::sync::Ordering;
+        self.queued.load(Ordering::Acquire) == 0
+            && self.booked_until.load(Ordering::Acquire) <= now.saturating_add(self.horizon_ns)
+    }
+
+    /// Record a booking that ends at `deadline`.
+    pub(crate) fn booked(&self, deadline: u64) {
+        self.booked_until
+            .fetch_max(deadline, crate::sync::Ordering::AcqRel);
+    }
+
+    /// Queue for this caller's turn (the calling thread's CPU lease parked
+    /// meanwhile), then `charge` the bucket at the clock reading `now()`,
+    /// under the lock so that charges follow the fair order. `charge`
+    /// returns the booking's end (clock ns); returns `now()` at the turn and
+    /// what `charge` returned.
+    pub(crate) fn enter<T>(
+        &self,
+        tenant: &Tenant,
+        cost: u64,
+        rate: u64,
+        now: &dyn Fn() -> u64,
+        charge: impl FnOnce(u64) -> Result<(u64, T), ThrottleError>,
+    ) -> Result<(u64, T), ThrottleError> {
+        use crate::sync::Ordering;
+        let _parked = crate::park::park_current_lease();
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        let mut st = crate::sync::lock(&self.state);
+        let ticket = st.queue.push(tenant, cost, rate);
+        loop {
+            let t = now();
+            let head = st.queue.peek() == Some(ticket);
+            let until = self.booked_until.load(Ordering::Acquire);
+            if head && until <= t.saturating_add(self.horizon_ns) {
+                st.queue.pop();
+                st.parked.remove(&ticket);
+                let charged = charge(t);
+                if let Ok((end, _)) = &charged {
+                    self.booked(*end);
+                }
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+                st.wake_head();
+                return charged.map(|(_, v)| (t, v));
+            }
+            st.parked.insert(ticket, std::thread::current());
+            // The head sleeps until the bookings come within the horizon (a
+            // time on the throttler's clock, which cannot wake it: a clock
+            // that jumps, like a test's manual one, is noticed at the next
+            // timeout or wake-up); the others until they become the head.
+            let timeout = head.then(|| {
+                until
+                    .saturating_sub(self.horizon_ns)
+                    .saturating_sub(t)
+                    .clamp(10_000, 1_000_000_000)
+            });
+            drop(st);
+            match timeout {
+                Some(ns) => std::thread::park_timeout(Duration::from_nanos(ns)),
+                None => std::thread::park(),
+            }
+            st = crate::sync::lock(&self.state);
+        }
+    }
+
+    /// Requests queued.
+    pub(crate) fn queued(&self) -> usize {
+        crate::sync::lock(&self.state).queue.len()
+    }
+}
