@@ -81,7 +81,7 @@ pub(crate) const PACKAGES: &[Package] = &[
     pkg(
         "wrk",
         Some("wrk"),
-        "HTTP load on /metrics in the benchmarks",
+        "HTTP load on /metrics in the benchmarks; the object server test (fails without it under CI=true) and `bench service`",
     ),
     pkg(
         "stress-ng",

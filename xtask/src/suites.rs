@@ -10,6 +10,8 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("fair", ("slotring-throttle", "fair")),
     ("slots", ("slotring-slots", "slots")),
     ("uring", ("slotring-uring", "uring")),
+    ("shared", ("slotring-uring", "shared")),
+    ("service", ("slotring-uring", "service")),
     ("bpf", ("slotring-bpf", "bpf")),
     ("e2e", ("slotring-cli", "e2e")),
     ("adaptive", ("slotring-cli", "adaptive")),

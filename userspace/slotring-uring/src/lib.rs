@@ -66,12 +66,14 @@ mod error;
 mod file;
 mod policy;
 mod pread;
+mod shared;
 #[allow(
     unsafe_code,
     reason = "the io_uring boundary: SQEs point into memory the ring owns; every block has a SAFETY comment"
 )]
 mod sys;
 mod tokio;
+mod wait;
 
 pub use crate::blocking::{Completion, Ticket, UringEngine};
 pub use crate::counters::UringCounters;
@@ -82,9 +84,11 @@ pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
 pub use crate::policy::{Op, Policy};
 pub use crate::pread::PreadEngine;
+pub use crate::shared::{AsyncIo, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls};
 pub use crate::tokio::AsyncEngine;
+pub use crate::wait::RingWait;
 
 /// Re-exported so seam implementations can name the ring type.
 #[cfg(feature = "test-util")]
