@@ -37,6 +37,24 @@ pub struct UringCounters {
     pub cq_overflows: u64,
 }
 
+/// The paced-writeback statistics of one engine (kept apart from
+/// [`UringCounters`], whose layout the eBPF side mirrors).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct WritebackCounters {
+    /// Bytes written by paced writes (each followed by the start of its
+    /// writeback).
+    pub paced_bytes: u64,
+    /// Writebacks started for paced writes (`SYNC_FILE_RANGE_WRITE` calls
+    /// or SQEs that succeeded).
+    pub writeback_submissions: u64,
+    /// Writebacks the kernel refused (the pages stay with its own flush; a
+    /// write error reaches the caller's `fsync`).
+    pub writeback_errors: u64,
+    /// High-water mark of the bytes paced writes had in the page cache
+    /// whose writeback was not started yet.
+    pub dirty_high_water_bytes: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::UringCounters;
