@@ -29,7 +29,7 @@ enum Cmd {
         #[arg(long)]
         no_loom: bool,
     },
-    /// Run a benchmark suite: `throttle`, `slots`, `uring`, `bpf`, `e2e`.
+    /// Run a benchmark suite: `throttle`, `slots`, `uring`, `write`, `bpf`, `e2e`.
     Bench {
         /// The suite name.
         suite: String,

@@ -9,6 +9,7 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("throttle", ("slotring-throttle", "throttle")),
     ("slots", ("slotring-slots", "slots")),
     ("uring", ("slotring-uring", "uring")),
+    ("write", ("slotring-uring", "write")),
     ("bpf", ("slotring-bpf", "bpf")),
     ("e2e", ("slotring-cli", "e2e")),
 ];
