@@ -1,7 +1,10 @@
 //! `cargo xtask`: one small binary for the project's chores (matklad's xtask).
 //!
-//! * `ci` — everything CI runs: fmt check, clippy with `-D warnings`, the test
-//!   suite, the loom models, and staleness checks of committed generated files.
+//! * `ci` — everything CI runs: first the Debian packages the checks need
+//!   (installed as root, else the install line; see `deps.rs`), then fmt
+//!   check, clippy with `-D warnings`, the test suite, the loom models, and
+//!   staleness checks of committed generated files.
+//! * `deps` — only that first step of `ci`.
 //! * `bench <suite>` — run one benchmark suite (ours and baselines side by
 //!   side); it prints a table and writes `target/bench/<suite>.json`.
 
@@ -11,6 +14,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod deps;
 mod ebpf;
 mod suites;
 
@@ -29,6 +33,9 @@ enum Cmd {
         #[arg(long)]
         no_loom: bool,
     },
+    /// Check the Debian packages the checks need; as root, install the
+    /// missing ones (the first step of `ci`).
+    Deps,
     /// Run a benchmark suite: `throttle`, `slots`, `uring`, `write`, `bpf`, `e2e`.
     Bench {
         /// The suite name.
@@ -47,6 +54,7 @@ fn main() -> Result<()> {
     let root = workspace_root();
     match cli.cmd {
         Cmd::Ci { no_loom } => ci(&root, no_loom),
+        Cmd::Deps => deps::ensure(&mut deps::Host, deps::PACKAGES),
         Cmd::Bench { suite } => bench(&root, &suite),
         Cmd::BuildEbpf { check } => suites::build_ebpf(&root, check),
     }
@@ -77,6 +85,7 @@ pub(crate) fn run(root: &Path, program: &str, args: &[&str], envs: &[(&str, &str
 }
 
 fn ci(root: &Path, no_loom: bool) -> Result<()> {
+    deps::ensure(&mut deps::Host, deps::PACKAGES)?;
     run(root, "cargo", &["fmt", "--all", "--", "--check"], &[])?;
     suites::ci_generated_checks(root)?;
     run(

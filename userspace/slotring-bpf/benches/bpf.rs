@@ -225,7 +225,10 @@ fn main() {
         LEASE_MIRROR.on_lease_state(LeaseState::Running);
     });
     drop(traced);
-    let mem = SlotringBpf::degraded(BpfError::NoBtf("bench: plain-memory baseline".into()));
+    let mem = SlotringBpf::degraded(BpfError::NoBtf(aya::BtfError::FileError {
+        path: "/sys/kernel/btf/vmlinux".into(),
+        error: std::io::Error::other("bench: plain-memory baseline"),
+    }));
     mem.register_current_thread().expect("register");
     let memory = ns_per_iter(9, 200_000, || {
         LEASE_MIRROR.on_lease_state(LeaseState::Parked);

@@ -1,5 +1,10 @@
 //! Rust mirrors of the structs in `ebpf/slotring.h` (the only C definition).
 //!
+//! The counter structs of the other crates ([`SlotsCounters`],
+//! [`UringCounters`], and [`ThrottleCounters`] inside [`ThrottleStats`]) are
+//! their own mirrors: their layout comes from their `counter_set!` field
+//! list, so no second field list exists here.
+//!
 //! Every mirror is `#[repr(C)]` and made of 64-bit words (or a 32-byte name),
 //! so it has no padding. [`AbiStruct::layout`] lists each field's offset and
 //! size; the `abi_matches_btf` test compares it with the BTF of the committed
@@ -10,6 +15,11 @@
 //! loaded atomically: no unsafe transmutes.
 
 use std::mem::{offset_of, size_of};
+
+use slotring_counters::CounterSet;
+use slotring_slots::SlotsCounters;
+use slotring_throttle::ThrottleCounters;
+use slotring_uring::UringCounters;
 
 /// Registered threads per loaded instance (`SLOTRING_MAX_THREADS`).
 pub const MAX_THREADS: u32 = 1024;
@@ -284,115 +294,28 @@ abi_struct! {
     }
 }
 
-abi_struct! {
-    /// `struct throttle_stats`: one named throttler's counters
-    /// (`slotring_throttle::ThrottleCounters` plus a name).
-    ThrottleStats = "throttle_stats" {
-        /// NUL-padded name.
-        name: [u8; NAME_LEN],
-        /// Tokens charged.
-        amount: u64,
-        /// Page-cache tokens not charged.
-        page_cache_amount: u64,
-        /// Total wait, µs.
-        wait_us: u64,
-        /// Number of waits.
-        waits: u64,
-        /// Threads blocked now.
-        block_count: u64,
-        /// Configured rate, tokens/s (0 = unlimited).
-        max_speed: u64,
-    }
-}
-
-abi_struct! {
-    /// `struct slots_stats` (the field list of `slotring_slots::SlotsCounters`).
-    SlotStats = "slots_stats" {
-        /// Slots granted.
-        slots_granted: u64,
-        /// Slot grants that had to wait.
-        slots_delayed: u64,
-        /// Slots acquired.
-        slots_acquired: u64,
-        /// Slots acquired without competition.
-        slots_acquired_non_competing: u64,
-        /// Queries delayed.
-        queries_delayed: u64,
-        /// Total wait, µs.
-        wait_us: u64,
-        /// Lease parks.
-        parks: u64,
-        /// Lease unparks.
-        unparks: u64,
-        /// Unparks that borrowed a slot.
-        unpark_borrows: u64,
-        /// Concurrency limit.
-        max_concurrency: u64,
-        /// Current concurrency.
-        cur_concurrency: u64,
-        /// Allocations.
-        allocations: u64,
-        /// Waiters now.
-        waiters: u64,
-        /// Parked leases now.
-        parked: u64,
-        /// Borrowed slots now.
-        borrowed: u64,
-    }
-}
-
-abi_struct! {
-    /// `struct uring_stats` (the field list of `slotring_uring::UringCounters`).
-    UringStats = "uring_stats" {
-        /// Reads.
-        reads: u64,
-        /// Writes.
-        writes: u64,
-        /// Bytes read.
-        read_bytes: u64,
-        /// Bytes written.
-        write_bytes: u64,
-        /// Reads served from the page cache.
-        page_cache_hits: u64,
-        /// Bytes served from the page cache.
-        page_cache_bytes: u64,
-        /// RWF_NOWAIT misses.
-        nowait_misses: u64,
-        /// cachestat checks.
-        cachestat_checks: u64,
-        /// Timeout waits submitted.
-        waits_submitted: u64,
-        /// Total wait, µs.
-        wait_us: u64,
-        /// Cancellations.
-        cancellations: u64,
-        /// Resubmissions.
-        resubmits: u64,
-        /// Short reads.
-        short_reads: u64,
-        /// Submission queue full.
-        sq_full: u64,
-        /// Completion queue overflows.
-        cq_overflows: u64,
-    }
+/// `struct throttle_stats`: one named throttler's counters, a NUL-padded
+/// name followed by the fields of [`ThrottleCounters`].
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ThrottleStats {
+    /// NUL-padded name.
+    pub name: [u8; NAME_LEN],
+    /// The counters, in the field order of their `counter_set!` list.
+    pub counters: ThrottleCounters,
 }
 
 impl ThrottleStats {
     /// A named entry from a throttler's counter snapshot. Names longer than
     /// 31 bytes are cut (the C side keeps a terminating NUL).
-    pub fn new(name: &str, c: &slotring_throttle::ThrottleCounters) -> Self {
+    pub fn new(name: &str, counters: &ThrottleCounters) -> Self {
         let mut n = [0u8; NAME_LEN];
         let bytes = name.as_bytes();
         let len = bytes.len().min(NAME_LEN - 1);
         n[..len].copy_from_slice(&bytes[..len]);
         Self {
             name: n,
-            amount: c.amount,
-            page_cache_amount: c.page_cache_amount,
-            wait_us: c.wait_us,
-            waits: c.waits,
-            block_count: c.block_count,
-            max_speed: c.max_speed,
+            counters: *counters,
         }
     }
 
@@ -401,6 +324,89 @@ impl ThrottleStats {
         let end = self.name.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
         String::from_utf8_lossy(&self.name[..end]).into_owned()
     }
+}
+
+impl AbiStruct for ThrottleStats {
+    const C_NAME: &'static str = "throttle_stats";
+    const WORDS: usize = size_of::<Self>() / 8;
+    fn layout() -> Vec<FieldLayout> {
+        let mut out = vec![FieldLayout {
+            name: "name",
+            offset: offset_of!(Self, name),
+            size: NAME_LEN,
+        }];
+        let base = offset_of!(Self, counters);
+        out.extend(
+            counter_layout::<ThrottleCounters>()
+                .into_iter()
+                .map(|f| FieldLayout {
+                    offset: base + f.offset,
+                    ..f
+                }),
+        );
+        out
+    }
+    fn from_words(words: &[u64]) -> Self {
+        let n = <[u8; NAME_LEN] as Words>::WORDS;
+        Self {
+            name: <[u8; NAME_LEN] as Words>::read(&words[..n]),
+            counters: counters_from_words(&words[n..Self::WORDS]),
+        }
+    }
+    fn to_words(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(Self::WORDS);
+        self.name.write(&mut out);
+        out.extend(self.counters.to_vec());
+        out
+    }
+}
+
+/// The layout of a counter set, from its field list.
+fn counter_layout<T: CounterSet>() -> Vec<FieldLayout> {
+    T::FIELDS
+        .iter()
+        .map(|f| FieldLayout {
+            name: f.name,
+            offset: f.offset,
+            size: size_of::<u64>(),
+        })
+        .collect()
+}
+
+/// A counter set from exactly its number of words.
+fn counters_from_words<T: CounterSet>(words: &[u64]) -> T {
+    T::from_slice(words).unwrap_or_else(|| {
+        panic!(
+            "a counter set of {} fields from {} words",
+            T::FIELDS.len(),
+            words.len()
+        )
+    })
+}
+
+/// The counter sets that are a whole BPF struct: their `counter_set!` field
+/// list is the ABI mirror of the C struct named here.
+macro_rules! counter_abi {
+    ($($set:ty = $cname:literal;)+) => {$(
+        impl AbiStruct for $set {
+            const C_NAME: &'static str = $cname;
+            const WORDS: usize = <$set as CounterSet>::FIELDS.len();
+            fn layout() -> Vec<FieldLayout> {
+                counter_layout::<$set>()
+            }
+            fn from_words(words: &[u64]) -> Self {
+                counters_from_words(&words[..Self::WORDS])
+            }
+            fn to_words(&self) -> Vec<u64> {
+                self.to_vec()
+            }
+        }
+    )+};
+}
+
+counter_abi! {
+    SlotsCounters = "slots_stats";
+    UringCounters = "uring_stats";
 }
 
 impl Hist {
@@ -434,8 +440,8 @@ mod tests {
     #[test]
     fn words_round_trip() {
         let mut t = ThrottleStats::new("disk-read", &Default::default());
-        t.amount = 7;
-        t.max_speed = u64::MAX;
+        t.counters.amount = 7;
+        t.counters.max_speed = u64::MAX;
         assert_eq!(ThrottleStats::from_words(&t.to_words()), t);
         assert_eq!(t.name_str(), "disk-read");
         let long = ThrottleStats::new(&"x".repeat(40), &Default::default());
@@ -445,14 +451,26 @@ mod tests {
     }
 
     #[test]
+    fn throttle_stats_is_a_name_then_the_counter_fields() {
+        let l = ThrottleStats::layout();
+        assert_eq!(l.len(), 1 + ThrottleCounters::LEN);
+        assert_eq!((l[0].name, l[0].offset, l[0].size), ("name", 0, NAME_LEN));
+        for (f, c) in l[1..].iter().zip(ThrottleCounters::FIELDS) {
+            assert_eq!((f.name, f.offset, f.size), (c.name, NAME_LEN + c.offset, 8));
+        }
+        assert_eq!(ThrottleStats::WORDS * 8, size_of::<ThrottleStats>());
+        assert_eq!(l[1].name, "amount");
+    }
+
+    #[test]
     fn try_from_words_refuses_a_wrong_size_naming_it() {
-        let words = SlotStats {
+        let words = SlotsCounters {
             parks: 9,
-            ..SlotStats::default()
+            ..SlotsCounters::default()
         }
         .to_words();
-        assert_eq!(SlotStats::try_from_words(&words).unwrap().parks, 9);
-        let short = SlotStats::try_from_words(&words[..3]).unwrap_err();
+        assert_eq!(SlotsCounters::try_from_words(&words).unwrap().parks, 9);
+        let short = SlotsCounters::try_from_words(&words[..3]).unwrap_err();
         assert!(
             matches!(
                 short,
@@ -470,7 +488,7 @@ mod tests {
         );
         let mut long = words.clone();
         long.push(0);
-        assert!(SlotStats::try_from_words(&long).is_err());
+        assert!(SlotsCounters::try_from_words(&long).is_err());
     }
 
     #[test]
@@ -510,8 +528,8 @@ mod round_trip {
             check::<ThreadAcct>(&words);
             check::<Hist>(&words);
             check::<ThrottleStats>(&words);
-            check::<SlotStats>(&words);
-            check::<UringStats>(&words);
+            check::<SlotsCounters>(&words);
+            check::<UringCounters>(&words);
         }
     }
 }

@@ -169,10 +169,8 @@ impl Shared {
             // Baseline the kernel's counters now, as BPF would at a
             // switch-in, so the first switch-out is already accounted (the
             // thread is on CPU: its current arrival is in pcount).
-            let (exec, run_delay, pcount) = read_schedstat().map_err(|e| BpfError::Load {
-                what: format!("reading /proc/thread-self/schedstat of thread {tid}"),
-                detail: e.to_string(),
-            })?;
+            let (exec, run_delay, pcount) =
+                read_schedstat().map_err(|source| BpfError::Schedstat { tid, source })?;
             acct.snap_exec_ns = exec;
             acct.snap_run_delay = run_delay;
             acct.snap_pcount = pcount;
@@ -193,9 +191,9 @@ impl Shared {
         let entry = self.lease.entry(i);
         self.lease.store(i, &slot.to_words());
         if let Some(map) = reg.index.as_mut() {
-            map.insert(tid, idx, 0).map_err(|e| BpfError::Load {
-                what: format!("registering thread {tid} in thread_index"),
-                detail: e.to_string(),
+            map.insert(tid, idx, 0).map_err(|source| BpfError::Map {
+                what: format!("registering thread {tid} in map `thread_index`"),
+                source: Box::new(source),
             })?;
         }
         // The tid goes last: BPF's direct-mapped lookup matches only a fully
@@ -364,7 +362,7 @@ pub fn install_observer() -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::atomic::AtomicU64;
 
     use super::*;
@@ -427,7 +425,7 @@ mod tests {
     /// instance") take this lock.
     static INSTANCES: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    fn instances() -> std::sync::MutexGuard<'static, ()> {
+    pub(crate) fn instances() -> std::sync::MutexGuard<'static, ()> {
         INSTANCES.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -447,8 +445,8 @@ mod tests {
             Err(BpfError::InstanceDropped { tid: 4242 })
         ));
         // A thread of a newer instance asked through an older one.
-        let old = crate::SlotringBpf::degraded(BpfError::NoBtf("unit test".into()));
-        let new = crate::SlotringBpf::degraded(BpfError::NoBtf("unit test".into()));
+        let old = crate::SlotringBpf::degraded(crate::error::tests::no_btf("unit test"));
+        let new = crate::SlotringBpf::degraded(crate::error::tests::no_btf("unit test"));
         let (on_old, on_new, tid) = std::thread::scope(|sc| {
             sc.spawn(|| {
                 (
@@ -481,7 +479,7 @@ mod tests {
     #[test]
     fn degraded_instance_mirrors_in_plain_memory() {
         let _g = instances();
-        let bpf = crate::SlotringBpf::degraded(BpfError::NoBtf("unit test".into()));
+        let bpf = crate::SlotringBpf::degraded(crate::error::tests::no_btf("unit test"));
         assert!(!bpf.is_attached());
         let me = bpf.register_current_thread().unwrap();
         LEASE_MIRROR.on_lease_state(LeaseState::Parked);
@@ -509,7 +507,7 @@ mod tests {
             bpf.thread_acct(1),
             Err(BpfError::UnknownThread { tid: 1 })
         ));
-        let s = crate::SlotStats {
+        let s = slotring_slots::SlotsCounters {
             parked: 5,
             ..Default::default()
         };

@@ -34,10 +34,7 @@ mod loader;
 mod region;
 mod verify;
 
-pub use abi::{
-    AbiStruct, FieldLayout, Hist, LeaseClock, LeaseSlot, SlotStats, ThreadAcct, ThrottleStats,
-    UringStats,
-};
+pub use abi::{AbiStruct, FieldLayout, Hist, LeaseClock, LeaseSlot, ThreadAcct, ThrottleStats};
 pub use error::BpfError;
 pub use lease::{LEASE_MIRROR, LeaseMirror, install_observer, monotonic_ns};
 pub use loader::{AttachMode, BpfConfig, NamedId, OBJECT, ProbeStatus, ProgStats, SlotringBpf};

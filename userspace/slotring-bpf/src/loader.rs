@@ -9,14 +9,17 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
-use aya::maps::{HashMap as BpfHashMap, Map, MapData};
+use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError};
+use aya::pin::PinError;
 use aya::programs::{BtfTracePoint, ProgramError, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfError, EbpfLoader};
 
 use crate::BpfError;
+use slotring_slots::SlotsCounters;
+use slotring_uring::UringCounters;
+
 use crate::abi::{
-    AbiStruct, HIST_SLOTS, Hist, LeaseSlot, MAX_THREADS, MAX_THROTTLERS, SlotStats, ThreadAcct,
-    ThrottleStats, UringStats,
+    AbiStruct, HIST_SLOTS, Hist, LeaseSlot, MAX_THREADS, MAX_THROTTLERS, ThreadAcct, ThrottleStats,
 };
 use crate::error::is_perm;
 use crate::lease::{self, Shared};
@@ -157,22 +160,51 @@ impl std::fmt::Debug for SlotringBpf {
     }
 }
 
-fn map_err(what: &str, e: EbpfError) -> BpfError {
-    if let EbpfError::MapError(aya::maps::MapError::CreateError { name, io_error }) = &e
-        && is_perm(io_error)
-    {
-        return BpfError::NoPrivilege {
-            what: format!("creating map `{name}`"),
-            source: std::io::Error::from_raw_os_error(io_error.raw_os_error().unwrap_or(1)),
-        };
+/// The error of loading the embedded object. aya's `EbpfError` repeats the
+/// message of the map, program or BTF error it wraps, so those are kept as
+/// the source without the wrapper.
+fn object_err(e: EbpfError) -> BpfError {
+    match e {
+        EbpfError::MapError(MapError::CreateError { name, io_error }) if is_perm(&io_error) => {
+            BpfError::NoPrivilege {
+                what: format!("creating map `{name}`"),
+                source: io_error,
+            }
+        }
+        EbpfError::MapError(source) => BpfError::CreateMaps {
+            source: Box::new(source),
+        },
+        EbpfError::BtfError(source) => BpfError::NoBtf(source),
+        source => BpfError::Object {
+            source: Box::new(source),
+        },
     }
-    if let EbpfError::BtfError(b) = &e {
-        return BpfError::NoBtf(b.to_string());
+}
+
+fn program_missing(name: &str) -> BpfError {
+    BpfError::NotInObject {
+        kind: "program",
+        name: name.to_owned(),
     }
-    BpfError::Load {
-        what: what.to_owned(),
-        detail: format!("{e:#}"),
+}
+
+fn map_missing(name: &str) -> BpfError {
+    BpfError::NotInObject {
+        kind: "map",
+        name: name.to_owned(),
     }
+}
+
+/// `map_err` for a step (`what`) on a pin directory or pinned file.
+fn access_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> BpfError {
+    let path = path.to_owned();
+    move |source| BpfError::PinAccess { what, path, source }
+}
+
+/// `map_err` for pinning at `path`.
+fn pin_err(path: &Path) -> impl FnOnce(PinError) -> BpfError {
+    let path = path.to_owned();
+    move |source| BpfError::Pin { path, source }
 }
 
 fn prog_err(program: &str, tracepoint: &str, e: ProgramError, attaching: bool) -> BpfError {
@@ -202,14 +234,15 @@ fn prog_err(program: &str, tracepoint: &str, e: ProgramError, attaching: bool) -
             ),
             source: s.io_error,
         },
-        other if attaching => BpfError::Attach {
+        source if attaching => BpfError::Attach {
             program: program.to_owned(),
             tracepoint: tracepoint.to_owned(),
-            detail: other.to_string(),
+            source: Box::new(source),
         },
-        other => BpfError::Load {
-            what: format!("loading `{program}`"),
-            detail: other.to_string(),
+        source => BpfError::Program {
+            what: "loading",
+            program: program.to_owned(),
+            source: Box::new(source),
         },
     }
 }
@@ -217,26 +250,22 @@ fn prog_err(program: &str, tracepoint: &str, e: ProgramError, attaching: bool) -
 fn attach_set(ebpf: &mut Ebpf, btf: &Btf, mode: AttachMode) -> Result<(), BpfError> {
     for (b, r, tp) in PROGRAMS {
         let name = if mode == AttachMode::TpBtf { *b } else { *r };
-        let prog = ebpf.program_mut(name).ok_or_else(|| BpfError::Load {
-            what: "finding program".into(),
-            detail: format!("`{name}` is not in the object"),
-        })?;
+        let prog = ebpf
+            .program_mut(name)
+            .ok_or_else(|| program_missing(name))?;
+        let converting = |source: ProgramError| BpfError::Program {
+            what: "converting",
+            program: name.to_owned(),
+            source: Box::new(source),
+        };
         match mode {
             AttachMode::TpBtf => {
-                let p: &mut BtfTracePoint =
-                    prog.try_into().map_err(|e: ProgramError| BpfError::Load {
-                        what: format!("program `{name}`"),
-                        detail: e.to_string(),
-                    })?;
+                let p: &mut BtfTracePoint = prog.try_into().map_err(converting)?;
                 p.load(tp, btf).map_err(|e| prog_err(name, tp, e, false))?;
                 p.attach().map_err(|e| prog_err(name, tp, e, true))?;
             }
             AttachMode::RawTp => {
-                let p: &mut RawTracePoint =
-                    prog.try_into().map_err(|e: ProgramError| BpfError::Load {
-                        what: format!("program `{name}`"),
-                        detail: e.to_string(),
-                    })?;
+                let p: &mut RawTracePoint = prog.try_into().map_err(converting)?;
                 p.load().map_err(|e| prog_err(name, tp, e, false))?;
                 p.attach(tp).map_err(|e| prog_err(name, tp, e, true))?;
             }
@@ -258,14 +287,10 @@ fn unload_set(ebpf: &mut Ebpf, mode: AttachMode) {
 }
 
 fn map_fd_region(ebpf: &Ebpf, name: &str, words: usize, entries: u32) -> Result<Region, BpfError> {
-    let map = ebpf.map(name).ok_or_else(|| BpfError::Load {
-        what: "finding map".into(),
-        detail: format!("`{name}` is not in the object"),
-    })?;
+    let map = ebpf.map(name).ok_or_else(|| map_missing(name))?;
     let Map::Array(data) = map else {
-        return Err(BpfError::Load {
-            what: format!("map `{name}`"),
-            detail: "not an array".into(),
+        return Err(BpfError::NotAnArray {
+            map: name.to_owned(),
         });
     };
     Region::map(name, data.fd().as_fd(), words, entries as usize)
@@ -287,9 +312,9 @@ fn ensure_bpffs(dir: &Path) -> Result<(), BpfError> {
             nix::mount::MsFlags::empty(),
             None::<&str>,
         )
-        .map_err(|e| BpfError::Pin {
+        .map_err(|source| BpfError::MountBpffs {
             path: root.to_owned(),
-            detail: format!("mounting bpffs: {e}"),
+            source,
         })?;
     }
     let mut probe = dir.to_path_buf();
@@ -299,9 +324,8 @@ fn ensure_bpffs(dir: &Path) -> Result<(), BpfError> {
         }
     }
     if !is_bpffs(&probe) {
-        return Err(BpfError::Pin {
+        return Err(BpfError::NotBpffs {
             path: dir.to_owned(),
-            detail: "not on a bpffs mount".into(),
         });
     }
     Ok(())
@@ -363,14 +387,8 @@ impl Drop for PinGuard {
 fn pin_all(ebpf: &mut Ebpf, cfg: &BpfConfig, mode: AttachMode) -> Result<PinGuard, BpfError> {
     let dir = &cfg.pin_dir;
     ensure_bpffs(dir)?;
-    let pin_err = |path: &Path, detail: String| BpfError::Pin {
-        path: path.to_owned(),
-        detail,
-    };
     let mut guard = PinGuard::default();
-    guard
-        .create_dir(dir)
-        .map_err(|e| pin_err(dir, e.to_string()))?;
+    guard.create_dir(dir).map_err(access_err("creating", dir))?;
     let (dmode, fmode) = if cfg.pin_group.is_some() {
         (0o750, 0o640)
     } else {
@@ -378,25 +396,23 @@ fn pin_all(ebpf: &mut Ebpf, cfg: &BpfConfig, mode: AttachMode) -> Result<PinGuar
     };
     if let Some(g) = cfg.pin_group {
         nix::unistd::chown(dir, None, Some(nix::unistd::Gid::from_raw(g)))
-            .map_err(|e| pin_err(dir, format!("chown: {e}")))?;
+            .map_err(|e| access_err("chown of", dir)(e.into()))?;
     }
     fs::set_permissions(dir, fs::Permissions::from_mode(dmode))
-        .map_err(|e| pin_err(dir, e.to_string()))?;
+        .map_err(access_err("chmod of", dir))?;
     let finish = |path: &Path| -> Result<(), BpfError> {
         if let Some(g) = cfg.pin_group {
             nix::unistd::chown(path, None, Some(nix::unistd::Gid::from_raw(g)))
-                .map_err(|e| pin_err(path, format!("chown: {e}")))?;
+                .map_err(|e| access_err("chown of", path)(e.into()))?;
         }
         fs::set_permissions(path, fs::Permissions::from_mode(fmode))
-            .map_err(|e| pin_err(path, e.to_string()))
+            .map_err(access_err("chmod of", path))
     };
     for name in PINNED_MAPS {
         let path = dir.join(name);
         let _ = fs::remove_file(&path); // a previous instance's kept pin
-        let map = ebpf
-            .map(name)
-            .ok_or_else(|| pin_err(&path, "map missing".into()))?;
-        map.pin(&path).map_err(|e| pin_err(&path, e.to_string()))?;
+        let map = ebpf.map(name).ok_or_else(|| map_missing(name))?;
+        map.pin(&path).map_err(pin_err(&path))?;
         guard.pins.push(path.clone());
         finish(&path)?;
     }
@@ -406,8 +422,8 @@ fn pin_all(ebpf: &mut Ebpf, cfg: &BpfConfig, mode: AttachMode) -> Result<PinGuar
         let _ = fs::remove_file(&path);
         let prog = ebpf
             .program_mut(name)
-            .ok_or_else(|| pin_err(&path, "program missing".into()))?;
-        prog.pin(&path).map_err(|e| pin_err(&path, e.to_string()))?;
+            .ok_or_else(|| program_missing(name))?;
+        prog.pin(&path).map_err(pin_err(&path))?;
         guard.pins.push(path.clone());
         finish(&path)?;
     }
@@ -419,12 +435,12 @@ static DEGRADED_ONCE: Once = Once::new();
 impl SlotringBpf {
     /// Load, attach, pin and mmap; a typed error names the cause.
     pub fn load(cfg: BpfConfig) -> Result<Self, BpfError> {
-        let btf = Btf::from_sys_fs().map_err(|e| BpfError::NoBtf(e.to_string()))?;
+        let btf = Btf::from_sys_fs().map_err(BpfError::NoBtf)?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .override_global("targ_tgid", &cfg.target_tgid, true)
             .load(OBJECT)
-            .map_err(|e| map_err("loading the object", e))?;
+            .map_err(object_err)?;
         let mode = if cfg.force_raw_tp {
             attach_set(&mut ebpf, &btf, AttachMode::RawTp)?;
             AttachMode::RawTp
@@ -444,20 +460,17 @@ impl SlotringBpf {
         let hist_park = map_fd_region(&ebpf, "hist_park_cpu", HIST_SLOTS, 1)?;
         let hist_rq = map_fd_region(&ebpf, "hist_unpark_rq", HIST_SLOTS, 1)?;
         let throttle = map_fd_region(&ebpf, "throttle", ThrottleStats::WORDS, MAX_THROTTLERS)?;
-        let slots = map_fd_region(&ebpf, "slots", SlotStats::WORDS, 1)?;
-        let uring = map_fd_region(&ebpf, "uring", UringStats::WORDS, 1)?;
+        let slots = map_fd_region(&ebpf, "slots", SlotsCounters::WORDS, 1)?;
+        let uring = map_fd_region(&ebpf, "uring", UringCounters::WORDS, 1)?;
         // From here on, an error drops `pins`, which removes them.
         let mut pins = pin_all(&mut ebpf, &cfg, mode)?;
         let index_map = ebpf
             .take_map("thread_index")
-            .ok_or_else(|| BpfError::Load {
-                what: "finding map".into(),
-                detail: "`thread_index` is not in the object".into(),
-            })?;
+            .ok_or_else(|| map_missing("thread_index"))?;
         let index: BpfHashMap<MapData, u32, u32> =
-            BpfHashMap::try_from(index_map).map_err(|e| BpfError::Load {
-                what: "map `thread_index`".into(),
-                detail: e.to_string(),
+            BpfHashMap::try_from(index_map).map_err(|source| BpfError::Map {
+                what: "opening map `thread_index` as a hash map".into(),
+                source: Box::new(source),
             })?;
         pins.keep = cfg.keep_pins;
         let shared = Shared::new(lease, acct, Some(index), cfg.direct_index);
@@ -484,28 +497,30 @@ impl SlotringBpf {
     /// the verifier's verdict (with its log) for that pairing. `program` is
     /// a function name of `slotring.bpf.c`, e.g. `switch_btf`.
     pub fn check_program(program: &str, tracepoint: &str) -> Result<(), BpfError> {
-        let btf = Btf::from_sys_fs().map_err(|e| BpfError::NoBtf(e.to_string()))?;
+        let btf = Btf::from_sys_fs().map_err(BpfError::NoBtf)?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
             .load(OBJECT)
-            .map_err(|e| map_err("loading the object", e))?;
-        let prog = ebpf.program_mut(program).ok_or_else(|| BpfError::Load {
-            what: "finding program".into(),
-            detail: format!("`{program}` is not in the object"),
-        })?;
-        let bad = |e: ProgramError| BpfError::Load {
-            what: format!("program `{program}`"),
-            detail: e.to_string(),
+            .map_err(object_err)?;
+        let prog = ebpf
+            .program_mut(program)
+            .ok_or_else(|| program_missing(program))?;
+        let bad = |what: &'static str| {
+            move |source: ProgramError| BpfError::Program {
+                what,
+                program: program.to_owned(),
+                source: Box::new(source),
+            }
         };
         if let Ok(p) = <&mut BtfTracePoint>::try_from(&mut *prog) {
             p.load(tracepoint, &btf)
                 .map_err(|e| prog_err(program, tracepoint, e, false))?;
-            p.unload().map_err(bad)
+            p.unload().map_err(bad("unloading"))
         } else {
-            let p: &mut RawTracePoint = prog.try_into().map_err(bad)?;
+            let p: &mut RawTracePoint = prog.try_into().map_err(bad("converting"))?;
             p.load()
                 .map_err(|e| prog_err(program, tracepoint, e, false))?;
-            p.unload().map_err(bad)
+            p.unload().map_err(bad("unloading"))
         }
     }
 
@@ -517,7 +532,10 @@ impl SlotringBpf {
             Ok(s) => s,
             Err(e) => {
                 DEGRADED_ONCE.call_once(|| {
-                    eprintln!("slotring-bpf: running without kernel probes: {e}");
+                    eprintln!(
+                        "slotring-bpf: running without kernel probes: {}",
+                        crate::error::chain(&e)
+                    );
                 });
                 Self::degraded(e)
             }
@@ -538,8 +556,8 @@ impl SlotringBpf {
             hist_park: Region::heap(HIST_SLOTS, 1),
             hist_rq: Region::heap(HIST_SLOTS, 1),
             throttle: Region::heap(ThrottleStats::WORDS, MAX_THROTTLERS as usize),
-            slots: Region::heap(SlotStats::WORDS, 1),
-            uring: Region::heap(UringStats::WORDS, 1),
+            slots: Region::heap(SlotsCounters::WORDS, 1),
+            uring: Region::heap(UringCounters::WORDS, 1),
             kernel: None,
             degraded: Some(reason),
         }
@@ -634,12 +652,12 @@ impl SlotringBpf {
     }
 
     /// Store the slot counters (no syscall).
-    pub fn publish_slots(&self, stats: &SlotStats) {
+    pub fn publish_slots(&self, stats: &SlotsCounters) {
         self.slots.store(0, &stats.to_words());
     }
 
     /// Store the io_uring engine counters (no syscall).
-    pub fn publish_uring(&self, stats: &UringStats) {
+    pub fn publish_uring(&self, stats: &UringCounters) {
         self.uring.store(0, &stats.to_words());
     }
 
@@ -658,13 +676,13 @@ impl SlotringBpf {
     }
 
     /// Read back the slot counters.
-    pub fn slot_stats(&self) -> SlotStats {
-        SlotStats::from_words(&self.slots.load(0))
+    pub fn slot_stats(&self) -> SlotsCounters {
+        SlotsCounters::from_words(&self.slots.load(0))
     }
 
     /// Read back the engine counters.
-    pub fn uring_stats(&self) -> UringStats {
-        UringStats::from_words(&self.uring.load(0))
+    pub fn uring_stats(&self) -> UringCounters {
+        UringCounters::from_words(&self.uring.load(0))
     }
 
     /// Histogram of on-CPU ns per parked episode.

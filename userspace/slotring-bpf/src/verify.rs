@@ -195,7 +195,7 @@ impl SlotringBpf {
             && cfg.within(total.parked_on_cpu_ns, total.parked_ns, total.parks);
         let verdict = if !self.is_attached() {
             let reason = match self.status() {
-                crate::ProbeStatus::Degraded(e) => e.to_string(),
+                crate::ProbeStatus::Degraded(e) => crate::error::chain(e),
                 crate::ProbeStatus::Attached(_) => "probes detached".into(),
             };
             Verdict::Unverified { reason }

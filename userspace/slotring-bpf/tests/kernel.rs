@@ -11,10 +11,12 @@ use std::time::{Duration, Instant};
 
 use libbpf_rs::MapCore as _;
 use slotring_bpf::{
-    AbiStruct, AttachMode, BpfConfig, BpfError, ProbeStatus, SlotStats, SlotringBpf, ThrottleStats,
-    UringStats, Verdict, VerifyConfig,
+    AbiStruct, AttachMode, BpfConfig, BpfError, ProbeStatus, SlotringBpf, ThrottleStats, Verdict,
+    VerifyConfig,
 };
+use slotring_slots::SlotsCounters;
 use slotring_throttle::{LeaseState, ThrottleCounters, notify_lease_state};
+use slotring_uring::UringCounters;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -333,9 +335,14 @@ fn pinned_counters_read_by_bpftool_and_libbpf() {
     };
     bpf.publish_throttle(3, &ThrottleStats::new("disk-read", &tc))
         .unwrap();
-    let words: Vec<u64> = (1..=15).map(|i| i * 1000 + 7).collect();
-    let slots = SlotStats::from_words(&words);
-    let uring = UringStats::from_words(&words.iter().map(|w| w + 1).collect::<Vec<_>>());
+    let words = |n: usize| (1..=n as u64).map(|i| i * 1000 + 7).collect::<Vec<u64>>();
+    let slots = SlotsCounters::from_words(&words(SlotsCounters::WORDS));
+    let uring = UringCounters::from_words(
+        &words(UringCounters::WORDS)
+            .iter()
+            .map(|w| w + 1)
+            .collect::<Vec<_>>(),
+    );
     bpf.publish_slots(&slots);
     bpf.publish_uring(&uring);
 
@@ -356,8 +363,8 @@ fn pinned_counters_read_by_bpftool_and_libbpf() {
         let d = bpftool_dump(&dir.join(map));
         let v = formatted(&d, 0);
         let layout = match map {
-            "slots" => SlotStats::layout(),
-            _ => UringStats::layout(),
+            "slots" => SlotsCounters::layout(),
+            _ => UringCounters::layout(),
         };
         for (f, want) in layout.iter().zip(&value) {
             assert_eq!(v[f.name], *want, "{map}.{}", f.name);
@@ -374,7 +381,7 @@ fn pinned_counters_read_by_bpftool_and_libbpf() {
         .chunks_exact(8)
         .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
         .collect();
-    assert_eq!(SlotStats::from_words(&read), slots);
+    assert_eq!(SlotsCounters::from_words(&read), slots);
     let h = libbpf_rs::MapHandle::from_pinned_path(dir.join("throttle")).unwrap();
     let bytes = h
         .lookup(&3u32.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
@@ -385,7 +392,7 @@ fn pinned_counters_read_by_bpftool_and_libbpf() {
         .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
         .collect();
     assert_eq!(ThrottleStats::from_words(&read).name_str(), "disk-read");
-    assert_eq!(ThrottleStats::from_words(&read).amount, 1 << 40);
+    assert_eq!(ThrottleStats::from_words(&read).counters.amount, 1 << 40);
     // And a libbpf write is seen through our mmap.
     let mut patched = slots;
     patched.borrowed = 99;
@@ -494,9 +501,9 @@ fn keep_pins_survive_drop() {
         return;
     };
     let dir = bpf.pins().0.unwrap().to_owned();
-    bpf.publish_slots(&SlotStats {
+    bpf.publish_slots(&SlotsCounters {
         waiters: 42,
-        ..SlotStats::default()
+        ..SlotsCounters::default()
     });
     drop(bpf);
     let v = bpftool_dump(&dir.join("slots"));
@@ -569,7 +576,7 @@ fn verifier_rejection_is_a_typed_error_with_the_log() {
     );
     assert!(matches!(
         SlotringBpf::check_program("no_such_prog", "sched_switch"),
-        Err(BpfError::Load { .. })
+        Err(BpfError::NotInObject { .. })
     ));
 }
 
@@ -618,6 +625,14 @@ fn abi_matches_btf_of_the_object() {
         size_of::<ThrottleStats>(),
         ThrottleStats::layout(),
     );
-    check("slots_stats", size_of::<SlotStats>(), SlotStats::layout());
-    check("uring_stats", size_of::<UringStats>(), UringStats::layout());
+    check(
+        "slots_stats",
+        size_of::<SlotsCounters>(),
+        SlotsCounters::layout(),
+    );
+    check(
+        "uring_stats",
+        size_of::<UringCounters>(),
+        UringCounters::layout(),
+    );
 }

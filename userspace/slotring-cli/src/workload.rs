@@ -181,26 +181,7 @@ impl Live {
     }
 
     fn uring_total(&self) -> UringCounters {
-        let engines = lock(&self.engines);
-        let mut t = UringCounters::default();
-        for c in engines.values() {
-            t.reads += c.reads;
-            t.writes += c.writes;
-            t.read_bytes += c.read_bytes;
-            t.write_bytes += c.write_bytes;
-            t.page_cache_hits += c.page_cache_hits;
-            t.page_cache_bytes += c.page_cache_bytes;
-            t.nowait_misses += c.nowait_misses;
-            t.cachestat_checks += c.cachestat_checks;
-            t.waits_submitted += c.waits_submitted;
-            t.wait_us += c.wait_us;
-            t.cancellations += c.cancellations;
-            t.resubmits += c.resubmits;
-            t.short_reads += c.short_reads;
-            t.sq_full += c.sq_full;
-            t.cq_overflows += c.cq_overflows;
-        }
-        t
+        lock(&self.engines).values().sum()
     }
 }
 
@@ -919,8 +900,8 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
             for (i, th) in throttlers.iter().enumerate() {
                 let _ = b.publish_throttle(i as u32, &ThrottleStats::new(&th.name, &th.counters));
             }
-            b.publish_slots(&pinned::slots_to_abi(&slots));
-            b.publish_uring(&pinned::uring_to_abi(&uring));
+            b.publish_slots(&slots);
+            b.publish_uring(&uring);
         }
         *lock(&snapshot) = Snapshot {
             throttlers,

@@ -252,11 +252,11 @@ const ISSUE_NAMES: &[&str] = &[
     "slotring_throttler_wait_seconds_total",
     "slotring_slots_granted_total",
     "slotring_slots_delayed_total",
-    "slotring_queries_delayed_total",
+    "slotring_slots_queries_delayed_total",
     "slotring_slots_in_use",
     "slotring_slots_max",
-    "slotring_leases_parked",
-    "slotring_lease_parks_total",
+    "slotring_slots_leases_parked",
+    "slotring_slots_lease_parks_total",
 ];
 
 const KERNEL_NAMES: &[&str] = &[
@@ -912,5 +912,377 @@ fn degrades_cleanly_without_privileges() {
             .contains("privilege"),
         "{}",
         r["kernel"]
+    );
+}
+
+// ---- The /metrics server under hostile or broken clients ----
+//
+// Every client below talks to a server this test started, on loopback; every
+// loop is bounded in count and time.
+
+/// `slotring exporter` on an ephemeral loopback port, with no pins.
+fn spawn_exporter() -> Served {
+    spawn_served(
+        Command::new(bin())
+            .args(["exporter", "--pin-dir", "/nonexistent/slotring"])
+            .args(["--listen", "127.0.0.1:0"])
+            .stdout(Stdio::null()),
+    )
+}
+
+/// A client that sends a request head one byte every 200 ms, never
+/// finishing it, until stopped, until its budget of bytes runs out, or until
+/// the server closes the connection (then `closed_after` says when).
+struct Dribbler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<JoinHandle<Option<Duration>>>,
+}
+
+impl Dribbler {
+    fn attach(addr: SocketAddr) -> Self {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let start = Instant::now();
+            // "GET /metrics HTTP/1.1\r\nX: aaaa..." without the blank line.
+            let head = b"GET /metrics HTTP/1.1\r\nX-Slow: ";
+            for i in 0..300 {
+                if stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                    return None;
+                }
+                let byte = head.get(i).copied().unwrap_or(b'a');
+                if s.write_all(&[byte]).is_err() {
+                    return Some(start.elapsed());
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            None
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop dribbling; when the server closed the connection, if it did.
+    fn closed_after(mut self) -> Option<Duration> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Dribbler {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Send `raw` and read the whole answer (the server closes after it).
+fn raw_request(addr: SocketAddr, raw: &str) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A header's value in a raw response (names are case-insensitive).
+fn header<'a>(response: &'a str, name: &str) -> Option<&'a str> {
+    let head = response.split("\r\n\r\n").next()?;
+    head.lines().skip(1).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+/// `(utime + stime)` of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the `(comm)`, which may contain spaces.
+    let rest = stat.rsplit_once(')').unwrap().1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat(5), i.e. 12 and 13 here.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// A line of `/proc/PID/status` in KiB (`VmHWM`, `VmRSS`).
+fn status_kib(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in /proc/{pid}/status"))
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count()
+}
+
+/// The lowest descriptor number a process has free: a soft `RLIMIT_NOFILE`
+/// of this leaves it none (the kernel hands out the lowest free number below
+/// the limit).
+fn lowest_free_fd(pid: u32) -> usize {
+    let used: std::collections::BTreeSet<usize> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (0..).find(|n| !used.contains(n)).unwrap()
+}
+
+#[test]
+fn metrics_are_answered_promptly_while_slow_clients_dribble() {
+    let exporter = spawn_exporter();
+    wait_for_metrics(exporter.addr, "slotring_exporter_up");
+    let slow: Vec<Dribbler> = (0..20).map(|_| Dribbler::attach(exporter.addr)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let (code, body) = http_get(exporter.addr, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("slotring_exporter_up"), "{body}");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "/metrics took {:?} while 20 slow clients were attached",
+        t.elapsed()
+    );
+    // The head has a deadline of its own (a few seconds), however steadily
+    // the bytes arrive: every slow client is cut off.
+    std::thread::sleep(Duration::from_secs(8));
+    for d in slow {
+        let closed = d.closed_after();
+        assert!(
+            closed.is_some_and(|c| c < Duration::from_secs(10)),
+            "a client dribbling its head was still connected after 8 s ({closed:?})"
+        );
+    }
+}
+
+#[test]
+fn a_huge_request_line_is_refused_and_memory_stays_bounded() {
+    use std::io::Write;
+    let exporter = spawn_exporter();
+    wait_for_metrics(exporter.addr, "slotring_exporter_up");
+    let pid = exporter.child.0.id();
+    let mut s = std::net::TcpStream::connect(exporter.addr).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /").unwrap();
+    // 64 MiB of request line and no newline; the server may close the
+    // connection long before (a write error ends the sending).
+    let chunk = vec![b'a'; 1 << 20];
+    let mut sent = 0usize;
+    while sent < 64 << 20 {
+        if s.write_all(&chunk).is_err() {
+            break;
+        }
+        sent += chunk.len();
+    }
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "after {sent} bytes of request line: {answer}"
+    );
+    let peak_kib = status_kib(pid, "VmHWM");
+    assert!(
+        peak_kib < 64 << 10,
+        "the exporter's peak RSS reached {peak_kib} KiB after {sent} bytes of request line"
+    );
+    // And it still serves.
+    assert_eq!(http_get(exporter.addr, "/metrics").unwrap().0, 200);
+}
+
+#[test]
+fn many_idle_connections_are_capped_and_metrics_still_answered() {
+    let exporter = spawn_exporter();
+    wait_for_metrics(exporter.addr, "slotring_exporter_up");
+    let pid = exporter.child.0.id();
+    let before = open_fds(pid);
+    // Connecting is bounded too: a server that does not accept fills its
+    // backlog, and a connect then waits for the kernel's SYN retries.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let idle: Vec<std::net::TcpStream> = (0..500)
+        .map_while(|_| {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            std::net::TcpStream::connect_timeout(&exporter.addr, left).ok()
+        })
+        .collect();
+    assert_eq!(idle.len(), 500, "500 connections within 5 s");
+    std::thread::sleep(Duration::from_millis(500));
+    let held = open_fds(pid) - before;
+    assert!(
+        held <= 64,
+        "the exporter holds {held} connections for 500 idle clients (cap 64)"
+    );
+    // The idle connections are cut off at the head deadline; a scrape is
+    // answered by then, with a real answer.
+    let start = Instant::now();
+    let body = loop {
+        if let Ok((200, body)) = http_get(exporter.addr, "/metrics") {
+            break body;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no /metrics answer within 10 s of 500 idle connections"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(body.contains("slotring_exporter_up"), "{body}");
+    drop(idle);
+}
+
+#[test]
+fn head_and_other_methods_get_correct_answers() {
+    let exporter = spawn_exporter();
+    let get = wait_for_metrics(exporter.addr, "slotring_exporter_up");
+    let head = raw_request(
+        exporter.addr,
+        "HEAD /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
+    assert_eq!(
+        header(&head, "content-type"),
+        Some("text/plain; version=0.0.4"),
+        "{head}"
+    );
+    // The same length as a GET's body (the exporter without pins renders
+    // the same text each time).
+    assert_eq!(
+        header(&head, "content-length"),
+        Some(get.len().to_string().as_str()),
+        "{head}"
+    );
+    for method in ["POST", "PUT", "DELETE"] {
+        let r = raw_request(
+            exporter.addr,
+            &format!("{method} /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"),
+        );
+        assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+        assert_eq!(header(&r, "allow"), Some("GET, HEAD"), "{r}");
+    }
+    let r = raw_request(exporter.addr, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(r.starts_with("HTTP/1.1 404"), "{r}");
+}
+
+#[test]
+fn sigterm_stops_the_exporter_with_a_slow_client_attached() {
+    let exporter = spawn_exporter();
+    wait_for_metrics(exporter.addr, "slotring_exporter_up");
+    let slow = Dribbler::attach(exporter.addr);
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = nix::unistd::Pid::from_raw(exporter.child.0.id() as i32);
+    let t = Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = exporter.finish(Duration::from_secs(30));
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "the exporter took {took:?} to stop on SIGTERM with a slow client attached"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(slow);
+}
+
+#[test]
+fn run_finishes_on_time_with_a_slow_client_attached() {
+    let dir = data_dir();
+    let run = spawn_served(
+        Command::new(bin())
+            .args(["run", "--duration", "1s", "--file-size", "16MiB"])
+            .args(["--no-progress", "--no-probes", "--listen", "127.0.0.1:0"])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null()),
+    );
+    let t = Instant::now();
+    let slow = Dribbler::attach(run.addr);
+    let out = run.finish(Duration::from_secs(60));
+    let took = t.elapsed();
+    // 1 s of workload, the report and at most the server's shutdown grace
+    // (generous for a loaded machine): a client that keeps dribbling its
+    // request for a minute must not hold the run.
+    assert!(
+        took < Duration::from_secs(10),
+        "a 1 s run took {took:?} after it started serving, with a slow client attached"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(slow);
+}
+
+#[test]
+fn accept_backs_off_when_out_of_file_descriptors() {
+    use std::io::Write;
+    if !have("prlimit") {
+        skip_unless_ci("prlimit (util-linux) not installed");
+        return;
+    }
+    let exporter = spawn_exporter();
+    wait_for_metrics(exporter.addr, "slotring_exporter_up");
+    let pid = exporter.child.0.id();
+    let prlimit = |soft: usize| {
+        let out = Command::new("prlimit")
+            .args(["--pid", &pid.to_string(), &format!("--nofile={soft}:")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "prlimit: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    // No descriptor left: every accept fails with EMFILE while a client
+    // waits in the backlog.
+    prlimit(lowest_free_fd(pid));
+    let mut client = std::net::TcpStream::connect(exporter.addr).unwrap();
+    client
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let (c0, t0) = (cpu_ticks(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(1));
+    let (c1, t1) = (cpu_ticks(pid), Instant::now());
+    let ticks_per_s = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .unwrap()
+        .unwrap() as f64;
+    let cpu = (c1 - c0) as f64 / ticks_per_s / (t1 - t0).as_secs_f64();
+    assert!(
+        cpu < 0.05,
+        "out of descriptors, the exporter burnt {:.0}% of a CPU",
+        cpu * 100.0
+    );
+    // Descriptors free again: the waiting client is answered.
+    prlimit(1024);
+    client
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut answer = String::new();
+    client.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("slotring_exporter_up"), "{answer}");
+    assert!(
+        exporter.stderr_so_far().contains("Too many open files"),
+        "the exporter says why it cannot accept: {}",
+        exporter.stderr_so_far()
     );
 }

@@ -1,7 +1,8 @@
 //! `cargo xtask bench slots`: hot paths against a `tokio::sync::Semaphore`
 //! baseline, grants with 10,000 waiters, park/unpark, and a deterministic
-//! fairness simulation of the article's case (a long query holding 16 slots,
-//! short queries arriving, budget 32) under every scheduler.
+//! fairness simulation of the case behind ClickHouse's `max_min_fair`
+//! scheduler (`src/Common/ConcurrencyControl.cpp`: a long query holding 16
+//! slots, short queries arriving, budget 32) under every scheduler.
 
 use std::hint::black_box;
 

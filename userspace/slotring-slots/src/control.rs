@@ -1,5 +1,6 @@
-//! The public wrappers: [`ConcurrencyControl`], [`Allocation`],
-//! [`GrantedAllocation`], [`AcquiredSlot`].
+//! The public wrappers of the budget: [`ConcurrencyControl`] and its
+//! allocations ([`Allocation`], [`GrantedAllocation`], behind the
+//! [`SlotAllocation`] trait). The slots they hand out are in `slot.rs`.
 
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -7,24 +8,10 @@ use std::time::{Duration, Instant};
 use crate::SlotsError;
 use crate::core::{AllocShared, Core};
 use crate::counters::{SlotsCounters, UNLIMITED};
-use crate::lease::SlotState;
 use crate::scheduler::Scheduler;
-use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering, lock, take_one};
-
-/// State shared by a control, its allocations and their slots.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) core: Mutex<Core>,
-    /// Statistics bumped by lock-free `try_acquire` (`Relaxed`: independent counts).
-    pub(crate) slots_acquired: AtomicU64,
-    pub(crate) slots_acquired_nc: AtomicU64,
-}
-
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
-        lock(&self.core)
-    }
-}
+use crate::shared::{Shared, SlotState};
+use crate::slot::AcquiredSlot;
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering, take_one};
 
 /// A global budget of CPU slots shared by allocations (ClickHouse's
 /// `ConcurrencyControl`). Cloning yields another handle to the same budget.
@@ -189,10 +176,10 @@ impl Allocation {
             return None;
         };
         let slot_id = self.alloc.next_slot_id.fetch_add(1, Ordering::Relaxed);
-        Some(AcquiredSlot {
+        Some(AcquiredSlot::new(
             slot_id,
-            state: SlotState::new(Some(self.shared.clone()), competing),
-        })
+            SlotState::new(Some(self.shared.clone()), competing),
+        ))
     }
 
     /// Take one granted slot, blocking until one is granted.
@@ -338,10 +325,10 @@ impl GrantedAllocation {
                 .compare_exchange_weak(v, v - 1, Ordering::Relaxed, Ordering::Relaxed)
             {
                 Ok(_) => {
-                    return Some(AcquiredSlot {
-                        slot_id: self.total - v,
-                        state: SlotState::new(None, false),
-                    });
+                    return Some(AcquiredSlot::new(
+                        self.total - v,
+                        SlotState::new(None, false),
+                    ));
                 }
                 Err(now) => v = now,
             }
@@ -374,44 +361,5 @@ impl SlotAllocation for GrantedAllocation {
     }
     fn is_requesting(&self) -> bool {
         false
-    }
-}
-
-/// An acquired slot: held by one thread while it runs (ClickHouse's
-/// `IAcquiredSlot`). Dropping it returns the slot to the global budget (not
-/// to the allocation). It is also a CPU lease: see [`crate::SlotLease`] and
-/// [`AcquiredSlot::make_current`].
-#[must_use = "dropping an acquired slot releases it at once"]
-pub struct AcquiredSlot {
-    slot_id: u64,
-    pub(crate) state: SlotState,
-}
-
-impl fmt::Debug for AcquiredSlot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AcquiredSlot")
-            .field("slot_id", &self.slot_id)
-            .field("competing", &self.state.competing)
-            .field("parked", &self.state.parked)
-            .finish()
-    }
-}
-
-impl AcquiredSlot {
-    /// Unique within its allocation: 0, 1, 2, … in grant order (a query's
-    /// thread number).
-    pub fn slot_id(&self) -> u64 {
-        self.slot_id
-    }
-
-    /// Whether the slot counts against the budget (false for fair schedulers'
-    /// `min` slots and for [`GrantedAllocation`] slots).
-    pub fn is_competing(&self) -> bool {
-        self.state.competing
-    }
-
-    /// Whether the slot is parked.
-    pub fn is_parked(&self) -> bool {
-        self.state.parked
     }
 }

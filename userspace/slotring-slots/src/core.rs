@@ -416,7 +416,8 @@ impl Core {
         Ok((id, shared))
     }
 
-    /// `setMax` exactly as the article's contract.
+    /// `setMax` exactly as the contract of `ISlotAllocation::setMax` in
+    /// ClickHouse's `src/Common/ISlotControl.h`.
     pub(crate) fn set_max(&mut self, id: u32, new_max: u64) -> Result<(), SlotsError> {
         if new_max == 0 {
             return Err(SlotsError::ZeroMax);

@@ -46,3 +46,45 @@ pub enum SlotsError {
         timeout: Duration,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+    use std::time::Duration;
+
+    use super::SlotsError;
+
+    #[test]
+    fn every_error_is_a_leaf_that_names_its_value() {
+        // No error of this crate has a cause: each is the whole story, so a
+        // printed chain shows it once and the message must carry the value.
+        let cases = [
+            (
+                SlotsError::UnknownScheduler {
+                    value: "fifo".into(),
+                },
+                "`fifo`",
+            ),
+            (SlotsError::MinAboveMax { min: 5, max: 3 }, "min 5 > max 3"),
+            (SlotsError::ZeroMax, "set_max(0)"),
+            (SlotsError::Freed, "freed"),
+            (
+                SlotsError::Exhausted {
+                    allocated: 2,
+                    max: 2,
+                },
+                "allocated 2 of 2",
+            ),
+            (
+                SlotsError::Timeout {
+                    timeout: Duration::from_millis(250),
+                },
+                "250ms",
+            ),
+        ];
+        for (err, value) in cases {
+            assert!(err.source().is_none(), "{err:?}");
+            assert!(err.to_string().contains(value), "{err} names {value}");
+        }
+    }
+}

@@ -22,10 +22,11 @@
 //!
 //! # The thread's current lease
 //!
-//! [`AcquiredSlot::make_current`] makes a slot the calling thread's current
-//! lease until the returned [`CurrentLease`] guard drops (guards nest, like a
-//! stack; they may also drop out of order: each takes back only its own
-//! state, leaving a tombstone if a later lease is still current). While
+//! [`crate::AcquiredSlot::make_current`] makes a slot the calling thread's
+//! current lease until the returned [`crate::CurrentLease`] guard drops
+//! (guards nest, like a stack; they may also drop out of order: each takes
+//! back only its own state, leaving a tombstone if a later lease is still
+//! current). While
 //! current, the lease's state lives in a thread-local, so a leaked guard
 //! (`mem::forget`) cannot double-count: its lease stays on the stack (and
 //! current until a later one is made current) and the slot is released when
@@ -39,14 +40,19 @@
 //! when a slot becomes current or is unparked, `Parked` on a successful park,
 //! `NotHolding` when the current lease is cleared (or the state of the lease
 //! that becomes current again when guards nest).
+//!
+//! This module holds the [`SlotLease`] trait, the thread-local stack of
+//! current leases, [`CpuLeaseParkGuard`] and the `slotring-throttle` hook. It
+//! moves `SlotState`s (`shared.rs`) and knows nothing of the slot type: the
+//! slot and its `CurrentLease` guard (`slot.rs`) push their state here with
+//! [`push_current`] and take it back with [`take_current`].
 
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 
 use slotring_throttle::{LeaseHook, LeaseState, notify_lease_state};
 
-use crate::control::{AcquiredSlot, Shared};
-use crate::sync::Arc;
+use crate::shared::SlotState;
 
 /// A CPU lease that a thread can park during a non-CPU wait (ClickHouse's
 /// `ISlotLease`).
@@ -60,76 +66,12 @@ pub trait SlotLease {
     fn unpark(&mut self);
 }
 
-/// The accounting half of an acquired slot.
-#[derive(Debug, Default)]
-pub(crate) struct SlotState {
-    pub(crate) shared: Option<Arc<Shared>>,
-    pub(crate) competing: bool,
-    pub(crate) parked: bool,
-}
-
-impl SlotState {
-    pub(crate) fn new(shared: Option<Arc<Shared>>, competing: bool) -> Self {
-        Self {
-            shared,
-            competing,
-            parked: false,
-        }
-    }
-
-    fn park(&mut self) -> bool {
-        let Some(shared) = &self.shared else {
-            return false;
-        };
-        if self.parked {
-            return false;
-        }
-        shared.lock().park(self.competing);
-        self.parked = true;
-        true
-    }
-
-    fn unpark(&mut self) {
-        let Some(shared) = &self.shared else { return };
-        if !self.parked {
-            return;
-        }
-        shared.lock().unpark(self.competing);
-        self.parked = false;
-    }
-
-    fn lease_state(&self) -> LeaseState {
-        if self.parked {
-            LeaseState::Parked
-        } else {
-            LeaseState::Running
-        }
-    }
-}
-
-impl Drop for SlotState {
-    fn drop(&mut self) {
-        if let Some(shared) = self.shared.take() {
-            shared.lock().release(self.competing, self.parked);
-        }
-    }
-}
-
-impl SlotLease for AcquiredSlot {
-    fn park(&mut self) -> bool {
-        self.state.park()
-    }
-    fn unpark(&mut self) {
-        self.state.unpark()
-    }
-}
-
 /// One position of the thread's stack of current leases.
 #[derive(Debug)]
 struct Entry {
     /// Unique on the thread: tells a reused stack position apart.
     token: u64,
-    /// The lease's state; `None` once its [`CurrentLease`] guard dropped
+    /// The lease's state; `None` once its [`crate::CurrentLease`] guard dropped
     /// while a later lease was still current (a tombstone, removed when it
     /// reaches the top: the top entry is never a tombstone).
     state: Option<SlotState>,
@@ -168,83 +110,46 @@ pub fn current_lease_state() -> LeaseState {
     LEASES.with(|l| top_state(&l.borrow()))
 }
 
-impl AcquiredSlot {
-    /// Make this slot the calling thread's current CPU lease until the guard
-    /// drops. Reports `Running` (or `Parked` if the slot is parked) to the
-    /// lease observer — for every held slot, including non-competing and
-    /// [`crate::GrantedAllocation`] ones: the thread is a slot-holding worker; the guard's drop reports `NotHolding` (or the state of
-    /// the previous current lease). While current, park it through
-    /// [`CpuLeaseParkGuard`] (or any blocking `slotring-throttle` wait).
-    pub fn make_current(&mut self) -> CurrentLease<'_> {
-        install_throttle_lease_hook();
-        let state = std::mem::take(&mut self.state);
-        let competing = state.competing;
-        let ls = state.lease_state();
-        let token = NEXT_TOKEN.with(|t| {
-            let v = t.get();
-            t.set(v + 1);
-            v
-        });
-        let index = LEASES.with(|l| {
-            let mut l = l.borrow_mut();
-            l.push(Entry {
-                token,
-                state: Some(state),
-            });
-            l.len() - 1
-        });
-        // Keep the slot's `competing` flag readable while the state is away.
-        self.state.competing = competing;
-        notify_lease_state(ls);
-        CurrentLease {
-            slot: self,
-            index,
+/// Push `state` on the thread's stack of current leases, making it the
+/// current lease. Returns its position and token, which the caller's
+/// [`crate::CurrentLease`] guard hands back to [`take_current`].
+pub(crate) fn push_current(state: SlotState) -> (usize, u64) {
+    let token = NEXT_TOKEN.with(|t| {
+        let v = t.get();
+        t.set(v + 1);
+        v
+    });
+    let index = LEASES.with(|l| {
+        let mut l = l.borrow_mut();
+        l.push(Entry {
             token,
-            _not_send: PhantomData,
-        }
-    }
+            state: Some(state),
+        });
+        l.len() - 1
+    });
+    (index, token)
 }
 
-/// While alive, its slot is the thread's current CPU lease (unless a later
-/// guard made another slot current). `!Send`.
+/// Take back the state that [`push_current`] put at `index` with `token`.
 ///
-/// Guards may drop in any order: each takes back only its own slot's state.
-/// Dropping the guard of the lease that is current makes the previous live
-/// one current again; dropping any other guard changes nothing else.
-#[must_use = "the slot stops being the current lease when this guard drops"]
-#[derive(Debug)]
-pub struct CurrentLease<'a> {
-    slot: &'a mut AcquiredSlot,
-    /// Its entry's position in `LEASES`: stable while the guard lives (only
-    /// tombstones and the top entry are ever removed).
-    index: usize,
-    token: u64,
-    _not_send: PhantomData<*const ()>,
-}
-
-impl CurrentLease<'_> {
-    /// The current slot's id.
-    pub fn slot_id(&self) -> u64 {
-        self.slot.slot_id()
-    }
-}
-
-impl Drop for CurrentLease<'_> {
-    fn drop(&mut self) {
-        // `try_with`: if the thread's locals are already gone, the state was
-        // released with them and the slot keeps its empty one.
-        let Ok((mine, now)) = LEASES.try_with(|l| {
+/// Returns that state (`None` if the thread's locals are already gone: the
+/// state was released with them) and, if it was the current lease, the state
+/// of the lease that is current now, to report. If a later lease is still
+/// current, the position becomes a tombstone and nothing is to be reported.
+pub(crate) fn take_current(index: usize, token: u64) -> (Option<SlotState>, Option<LeaseState>) {
+    LEASES
+        .try_with(|l| {
             let mut l = l.borrow_mut();
-            let Some(e) = l.get_mut(self.index) else {
+            let Some(e) = l.get_mut(index) else {
                 debug_assert!(false, "a live guard's entry is never removed");
                 return (None, None);
             };
-            debug_assert_eq!(e.token, self.token, "a live guard's entry is its own");
-            if e.token != self.token {
+            debug_assert_eq!(e.token, token, "a live guard's entry is its own");
+            if e.token != token {
                 return (None, None);
             }
             let mine = e.state.take();
-            if self.index + 1 < l.len() {
+            if index + 1 < l.len() {
                 // A later lease is current: leave a tombstone, report nothing.
                 return (mine, None);
             }
@@ -253,16 +158,8 @@ impl Drop for CurrentLease<'_> {
                 l.pop();
             }
             (mine, Some(top_state(&l)))
-        }) else {
-            return;
-        };
-        if let Some(mine) = mine {
-            self.slot.state = mine;
-        }
-        if let Some(now) = now {
-            notify_lease_state(now);
-        }
-    }
+        })
+        .unwrap_or((None, None))
 }
 
 /// Parks the thread's current lease for a scope (ClickHouse's
@@ -392,7 +289,7 @@ static HOOK: ThrottleHook = ThrottleHook;
 
 /// Install this crate's lease hook into `slotring-throttle` (idempotent; also
 /// done by [`crate::ConcurrencyControl::new`] and
-/// [`AcquiredSlot::make_current`]). Returns whether our hook is the one
+/// [`crate::AcquiredSlot::make_current`]). Returns whether our hook is the one
 /// installed (false if another hook got there first).
 pub fn install_throttle_lease_hook() -> bool {
     static OURS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

@@ -1,8 +1,9 @@
 //! # slotring-slots
 //!
-//! ClickHouse's `ConcurrencyControl` (see `ARCHITECTURE.md` and the reference
-//! article), rebuilt: a global budget of CPU slots, shared by allocations
-//! (one per query) under one of three schedulers, plus parkable CPU leases.
+//! ClickHouse's `ConcurrencyControl` (`src/Common/ISlotControl.h`,
+//! `src/Common/ConcurrencyControl.{h,cpp}`; see `ARCHITECTURE.md`), rebuilt:
+//! a global budget of CPU slots, shared by allocations (one per query) under
+//! one of three schedulers, plus parkable CPU leases.
 //!
 //! * [`ConcurrencyControl`]: the budget (`set_max_concurrency`, 0 → 1,
 //!   [`UNLIMITED`] by default), [`ConcurrencyControl::max_concurrency_from_settings`],
@@ -45,21 +46,23 @@
 //! ```
 #![forbid(unsafe_code)]
 
+// Module dependencies run one way: `control` -> `slot` -> `lease` ->
+// `shared` -> `core`, each also using any module further along that chain
+// and the leaves `error`, `counters`, `scheduler` and `sync`.
 mod control;
 mod core;
 mod counters;
 mod error;
 mod lease;
 mod scheduler;
+mod shared;
+mod slot;
 mod sync;
 
-pub use control::{
-    AcquiredSlot, Allocation, ConcurrencyControl, GrantedAllocation, SlotAllocation,
-};
+pub use control::{Allocation, ConcurrencyControl, GrantedAllocation, SlotAllocation};
 pub use counters::{SlotsCounters, UNLIMITED};
 pub use error::SlotsError;
-pub use lease::{
-    CpuLeaseParkGuard, CurrentLease, SlotLease, current_lease_state, install_throttle_lease_hook,
-};
+pub use lease::{CpuLeaseParkGuard, SlotLease, current_lease_state, install_throttle_lease_hook};
 pub use scheduler::Scheduler;
+pub use slot::{AcquiredSlot, CurrentLease};
 pub use slotring_throttle::LeaseState;

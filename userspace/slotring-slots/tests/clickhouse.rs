@@ -1,5 +1,6 @@
 //! ClickHouse's `ConcurrencyControl` test scenarios (gtest_concurrency_control
-//! and the article's contracts), rewritten for every scheduler they apply to.
+//! and the contracts documented in `src/Common/ISlotControl.h`), rewritten for
+//! every scheduler they apply to.
 
 use std::collections::VecDeque;
 use std::time::Duration;

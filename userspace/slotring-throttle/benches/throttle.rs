@@ -1,5 +1,6 @@
-//! `cargo xtask bench throttle`: ours against the faithful mutex port of the
-//! article's code and the `governor` crate, in one run. Writes
+//! `cargo xtask bench throttle`: ours against a faithful mutex port of
+//! ClickHouse's `src/Common/Throttler.cpp` and the `governor` crate, in one
+//! run. Writes
 //! `target/bench/throttle.json`.
 
 use std::num::NonZeroU32;
@@ -184,7 +185,7 @@ fn main() {
     r.put(
         "mutex_port_ns_1t",
         port_1t,
-        "the article's code: f64 under std Mutex",
+        "ClickHouse's Throttler.cpp: f64 under std Mutex",
     );
     r.put(
         "governor_ns_1t",

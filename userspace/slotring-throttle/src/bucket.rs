@@ -3,7 +3,9 @@
 //!
 //! # The arithmetic
 //!
-//! The article's bucket is `tokens = min(burst, tokens + rate·dt) − amount`.
+//! ClickHouse's bucket (`Throttler::throttleImpl` in
+//! `src/Common/Throttler.cpp`), with the refill capped first (see the crate
+//! docs), is `tokens = min(burst, tokens + rate·dt) − amount`.
 //! Keep the tokens in *nano-tokens* (1 token = 10⁹ units) and time in
 //! nanoseconds: then a refill is `rate · dt_ns` units and a charge is
 //! `amount · 10⁹` units, both exact integers. GCRA folds `(tokens, prev)` into
@@ -13,11 +15,11 @@
 //! * tokens available at `now` = `min(burst_u, rate·now_ns − tat)`;
 //! * a charge is `tat ← max(tat, rate·now_ns − burst_u) + amount·10⁹`.
 //!
-//! By induction this equals the article's arithmetic *exactly* (no rounding
+//! By induction this equals that arithmetic *exactly* (no rounding
 //! at all, not even the one nanosecond of virtual time we allow ourselves in
 //! the docs): the only rounding anywhere is the wait, `ceil(deficit / rate)`
 //! nanoseconds, computed from the exact deficit. A proptest checks every step
-//! against a straightforward mutex implementation of the article's formula.
+//! against a straightforward mutex implementation of that formula.
 //!
 //! # Ranges
 //!

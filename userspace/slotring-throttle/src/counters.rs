@@ -1,7 +1,8 @@
 //! Per-throttler statistics.
 //!
 //! [`ThrottleCounters`] is the plain `#[repr(C)]` snapshot that later layers
-//! copy into BPF maps and Prometheus; the live values are atomics.
+//! copy into BPF maps and Prometheus, defined by one field list
+//! ([`slotring_counters::counter_set!`]); the live values are atomics.
 //!
 //! Memory ordering: every counter is an independent statistic that orders
 //! nothing else, so all updates and reads are `Relaxed`. A snapshot is not an
@@ -9,22 +10,21 @@
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// A snapshot of one throttler's counters. Plain `u64`s, C layout.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct ThrottleCounters {
-    /// Tokens charged over the throttler's life (ClickHouse's `count`).
-    pub amount: u64,
-    /// Page-cache tokens that this block-device throttler did not charge.
-    pub page_cache_amount: u64,
-    /// Total time waited (or booked to wait), in microseconds.
-    pub wait_us: u64,
-    /// Number of waits (or booked waits).
-    pub waits: u64,
-    /// Threads blocked in this throttler right now (a gauge).
-    pub block_count: u64,
-    /// The configured rate at snapshot time, tokens/s (0 = unlimited).
-    pub max_speed: u64,
+slotring_counters::counter_set! {
+    /// A snapshot of one throttler's counters. Plain `u64`s, C layout (the
+    /// BPF `struct throttle_stats` is a name followed by these fields); one
+    /// Prometheus series per throttler, labelled with its name.
+    pub struct ThrottleCounters, prefix = "slotring_throttler" {
+        /// In tokens over the throttler's life (ClickHouse's `count`).
+        counter amount => "bytes": "Bytes charged to the throttler.",
+        counter page_cache_amount => "page_cache_bytes": "Page-cache bytes this block-device throttler did not charge.",
+        /// In microseconds.
+        counter(us) wait_us => "wait_seconds": "Time waited (or booked to wait) on the throttler.",
+        counter waits: "Waits (or booked waits) on the throttler.",
+        gauge block_count => "blocked": "Threads blocked in the throttler now.",
+        /// Tokens/s at snapshot time.
+        gauge max_speed => "max_bytes_per_second": "Configured rate of the throttler (0 = unlimited).",
+    }
 }
 
 #[derive(Debug, Default)]

@@ -7,7 +7,9 @@ use nix::errno::Errno;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ThrottleError {
     /// The lifetime `limit` was exceeded. The tokens were already charged, as
-    /// in ClickHouse, so the bucket stays consistent.
+    /// in ClickHouse, so the bucket stays consistent. The lifetime count
+    /// saturates at `u64::MAX`; a saturated count exceeds every limit, so
+    /// `count` may equal `limit` when `limit` is `u64::MAX`.
     #[error("{message} Maximum: {limit} (throttler `{name}` has counted {count})")]
     LimitExceeded {
         /// Throttler name.
@@ -19,9 +21,9 @@ pub enum ThrottleError {
         /// The configured message (ClickHouse's `limit_exceeded_exception_message`).
         message: String,
     },
-    /// The accumulated debt would leave the exact fixed-point range. Nothing
-    /// was charged. (Through [`crate::Throttler`] the lifetime count overflows
-    /// first, since debt ≤ count < 2⁶⁴ tokens; the bucket checks anyway.)
+    /// The accumulated debt would leave the exact fixed-point range (2¹⁰⁰
+    /// nano-tokens, about 1.27·10²¹ tokens). Nothing was charged, and the
+    /// lifetime count did not move.
     #[error("throttler `{name}`: debt would reach {debt_tokens} tokens (max {max_tokens})")]
     DebtOverflow {
         /// Throttler name.
@@ -30,16 +32,6 @@ pub enum ThrottleError {
         debt_tokens: u128,
         /// The largest debt kept exact, in tokens.
         max_tokens: u128,
-    },
-    /// The lifetime count would overflow `u64`. Nothing was charged.
-    #[error("throttler `{name}`: lifetime count {count} + {amount} overflows u64")]
-    CountOverflow {
-        /// Throttler name.
-        name: String,
-        /// Count before the charge.
-        count: u64,
-        /// The rejected amount.
-        amount: u64,
     },
     /// A rate above the largest exactly representable one.
     #[error("max_speed {rate} tokens/s exceeds the largest supported rate {max}")]
@@ -58,11 +50,64 @@ pub enum ThrottleError {
         rate: u64,
     },
     /// The clock failed while waiting (`clock_nanosleep`/`clock_gettime`).
-    #[error("throttler `{name}`: waiting failed: {errno}")]
+    #[error("throttler `{name}`: waiting failed")]
     Wait {
         /// Throttler name.
         name: String,
         /// The error the OS returned.
+        #[source]
         errno: Errno,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use nix::errno::Errno;
+
+    use crate::{Clock, Throttle, Throttler, WaitStrategy};
+
+    /// A wait strategy whose clock always fails.
+    #[derive(Debug)]
+    struct FailingWait;
+
+    impl WaitStrategy for FailingWait {
+        fn wait_until(&self, _: &dyn Clock, _: u64) -> Result<(), Errno> {
+            Err(Errno::EIO)
+        }
+    }
+
+    /// The error and its causes, as `{:#}` of an `anyhow` chain prints them.
+    fn chain(e: &dyn Error) -> String {
+        let mut text = e.to_string();
+        let mut cause = e.source();
+        while let Some(c) = cause {
+            text.push_str(": ");
+            text.push_str(&c.to_string());
+            cause = c.source();
+        }
+        text
+    }
+
+    #[test]
+    fn a_failed_wait_names_the_throttler_and_keeps_the_os_error_once() {
+        let t = Throttler::builder(1)
+            .name("disk")
+            .wait_strategy(Arc::new(FailingWait))
+            .build()
+            .unwrap();
+        let err = t.throttle(10, Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(err, crate::ThrottleError::Wait { .. }), "{err:?}");
+        let source = err.source().expect("the OS error is the source");
+        assert_eq!(source.to_string(), Errno::EIO.to_string());
+        let text = chain(&err);
+        assert!(
+            text.starts_with("throttler `disk`: waiting failed"),
+            "{text}"
+        );
+        assert_eq!(text.matches(&Errno::EIO.to_string()).count(), 1, "{text}");
+    }
 }

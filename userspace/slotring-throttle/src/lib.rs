@@ -1,7 +1,7 @@
 //! # slotring-throttle
 //!
-//! ClickHouse's token-bucket `Throttler` (see `ARCHITECTURE.md` and the
-//! reference article), rebuilt to be exact and lock-free:
+//! ClickHouse's token-bucket `Throttler` (`src/Common/Throttler.{h,cpp}`; see
+//! `ARCHITECTURE.md`), rebuilt to be exact and lock-free:
 //!
 //! * `tokens = min(burst, tokens + rate·elapsed) − amount`, in exact integer
 //!   nano-tokens (no float drift), kept as GCRA virtual time in one 128-bit
@@ -16,8 +16,9 @@
 //! One deliberate difference from ClickHouse's code: it applies the `min`
 //! *after* subtracting (`min(burst, tokens + rate·dt − amount)`), so after a
 //! long idle a single request larger than the burst passes free and leaves
-//! the bucket full — an unbounded burst that contradicts the article's own
-//! prose. We cap the refill first, so the burst stays bounded (see the test
+//! the bucket full — an unbounded burst that defeats the purpose of
+//! `max_burst` (one second's worth of tokens). We cap the refill first, so the
+//! burst stays bounded (see the test
 //! `clickhouse_min_after_subtract_is_an_unbounded_burst`).
 //!
 //! This crate knows nothing of io_uring, tokio, BPF or Prometheus.

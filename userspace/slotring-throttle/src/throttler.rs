@@ -104,7 +104,8 @@ impl ThrottlerBuilder {
     }
 
     /// Fail with [`ThrottleError::LimitExceeded`] once the lifetime count
-    /// exceeds `limit` (0 = no limit); `message` starts the error text.
+    /// exceeds `limit` (0 = no limit); `message` starts the error text. The
+    /// count saturates at `u64::MAX`, which counts as exceeding any limit.
     pub fn limit(mut self, limit: u64, message: impl Into<String>) -> Self {
         self.limit = limit;
         self.limit_message = message.into();
@@ -262,7 +263,8 @@ impl Throttler {
         self.bucket.tokens_nano(self.now())
     }
 
-    /// The lifetime count of charged tokens.
+    /// The lifetime count of charged tokens, saturating at `u64::MAX` (a
+    /// statistic: with no lifetime limit it never fails a charge).
     pub fn count(&self) -> u64 {
         self.bucket.count.load(Ordering::Relaxed)
     }
@@ -297,23 +299,20 @@ impl Throttler {
         max_block: Duration,
         now_ns: u64,
     ) -> Result<Decision, ThrottleError> {
-        // Lifetime count first; an overflow charges nothing.
-        let count = self.add_count(amount)?;
-        let charged = match self.bucket.charge(amount, now_ns) {
-            Ok(c) => c,
-            Err(e) => {
-                self.bucket.count.fetch_sub(amount, Ordering::Relaxed);
-                return Err(match e {
-                    BucketError::Debt(d) => ThrottleError::DebtOverflow {
-                        name: self.name.clone(),
-                        debt_tokens: BucketError::debt_tokens(d),
-                        max_tokens: BucketError::debt_tokens(MAX_DEBT_NANO),
-                    },
-                    other => map_cfg_err(other, self.max_speed(), self.bucket.burst_ns()),
-                });
-            }
-        };
-        if self.limit != 0 && count > self.limit {
+        // The bucket first: a refused charge (debt out of range) changes
+        // nothing, not even the count, which can no longer fail.
+        let charged = self.bucket.charge(amount, now_ns).map_err(|e| match e {
+            BucketError::Debt(d) => ThrottleError::DebtOverflow {
+                name: self.name.clone(),
+                debt_tokens: BucketError::debt_tokens(d),
+                max_tokens: BucketError::debt_tokens(MAX_DEBT_NANO),
+            },
+            other => map_cfg_err(other, self.max_speed(), self.bucket.burst_ns()),
+        })?;
+        let count = self.add_count(amount);
+        // A saturated count has passed every limit (none lies above
+        // u64::MAX), also `limit = u64::MAX`, which `count > limit` misses.
+        if self.limit != 0 && (count > self.limit || count == u64::MAX) {
             return Err(ThrottleError::LimitExceeded {
                 name: self.name.clone(),
                 limit: self.limit,
@@ -330,32 +329,37 @@ impl Throttler {
         Ok(Decision { wait_ns })
     }
 
-    /// Add `amount` to the lifetime count, refusing (and changing nothing)
-    /// if it would overflow `u64`. Returns the new count.
+    /// Add `amount` to the lifetime count, saturating at `u64::MAX`; returns
+    /// the new count.
+    ///
+    /// The count is a statistic (ClickHouse's `count`), so it never fails a
+    /// charge: past 2⁶⁴ it stays at `u64::MAX`, which then reads "at least
+    /// 2⁶⁴ − 1". ClickHouse's `count += amount` wraps instead, and a wrapped
+    /// count could slip back under a lifetime limit; a saturated one cannot,
+    /// and [`Self::charge_level`] treats saturation as exceeding any limit.
     ///
     /// The common case is one `fetch_add`: while the count is below 2⁶³ and
     /// the amount below 2³², the adds in flight at any instant (at most one
     /// per thread, fewer than 2²² threads) sum to less than 2⁵⁴, so no reader
     /// can ever observe a wrapped value. Anything else takes a CAS loop with
-    /// `checked_add`, which never publishes a wrapped count.
-    fn add_count(&self, amount: u64) -> Result<u64, ThrottleError> {
+    /// `saturating_add`, which never publishes a wrapped count. Relaxed
+    /// ordering throughout: nothing else is published through the count.
+    fn add_count(&self, amount: u64) -> u64 {
         const FAST_AMOUNT: u64 = 1 << 32;
         const FAST_COUNT: u64 = 1 << 63;
         let count = &self.bucket.count;
         if amount < FAST_AMOUNT && count.load(Ordering::Relaxed) < FAST_COUNT {
-            return Ok(count.fetch_add(amount, Ordering::Relaxed) + amount);
+            return count.fetch_add(amount, Ordering::Relaxed) + amount;
         }
         let mut cur = count.load(Ordering::Relaxed);
         loop {
-            let Some(next) = cur.checked_add(amount) else {
-                return Err(ThrottleError::CountOverflow {
-                    name: self.name.clone(),
-                    count: cur,
-                    amount,
-                });
-            };
+            let next = cur.saturating_add(amount);
+            if next == cur {
+                // Saturated already (or a zero amount): nothing to publish.
+                return cur;
+            }
             match count.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return Ok(next),
+                Ok(_) => return next,
                 Err(actual) => cur = actual,
             }
         }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use slotring_throttle::{ManualClock, NANO_PER_TOKEN, Throttle, Throttler};
+use slotring_throttle::{ManualClock, NANO_PER_TOKEN, Throttle, ThrottleError, Throttler};
 
 fn tok(n: i128) -> i128 {
     n * NANO_PER_TOKEN
@@ -56,7 +56,9 @@ fn charge_racing_a_rate_change_matches_a_serial_order() {
 }
 
 #[test]
-fn the_lifetime_count_saturates_with_an_error_never_a_wrap() {
+fn the_lifetime_count_saturates_never_wraps_nor_fails() {
+    // No lifetime limit: both charges land whatever the interleaving (the
+    // CAS loop's `saturating_add`), and no update is lost on the way up.
     loom::model(|| {
         let t = Arc::new(
             Throttler::builder(0)
@@ -65,18 +67,51 @@ fn the_lifetime_count_saturates_with_an_error_never_a_wrap() {
                 .unwrap(),
         );
         t.throttle(u64::MAX - 100, Duration::ZERO).unwrap();
+        let hs: Vec<_> = [60u64, 70]
+            .into_iter()
+            .map(|amount| {
+                let t = t.clone();
+                loom::thread::spawn(move || t.throttle(amount, Duration::ZERO))
+            })
+            .collect();
+        for h in hs {
+            assert_eq!(h.join().unwrap(), Ok(false), "a statistic never fails");
+        }
+        assert_eq!(t.count(), u64::MAX);
+    });
+}
+
+#[test]
+fn the_charge_that_saturates_the_count_exceeds_a_max_limit() {
+    // `limit = u64::MAX`: whichever charge saturates the count is the one
+    // refused, with the count it saw; the other fits below the limit.
+    loom::model(|| {
+        let t = Arc::new(
+            Throttler::builder(0)
+                .clock(Arc::new(ManualClock::new(1)))
+                .limit(u64::MAX, "Limit.")
+                .build()
+                .unwrap(),
+        );
+        t.throttle(u64::MAX - 100, Duration::ZERO).unwrap();
         let hs: Vec<_> = (0..2)
             .map(|_| {
                 let t = t.clone();
-                loom::thread::spawn(move || t.throttle(60, Duration::ZERO).is_ok())
+                loom::thread::spawn(move || t.throttle(60, Duration::ZERO))
             })
             .collect();
-        let ok = hs
-            .into_iter()
-            .map(|h| h.join().unwrap())
-            .filter(|ok| *ok)
-            .count();
-        assert_eq!(ok, 1, "exactly one of the two fits");
-        assert_eq!(t.count(), u64::MAX - 40);
+        let results: Vec<_> = hs.into_iter().map(|h| h.join().unwrap()).collect();
+        let refused: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert!(
+            matches!(
+                refused[..],
+                [ThrottleError::LimitExceeded {
+                    count: u64::MAX,
+                    ..
+                }]
+            ),
+            "{results:?}"
+        );
+        assert_eq!(t.count(), u64::MAX);
     });
 }

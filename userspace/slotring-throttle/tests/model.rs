@@ -1,5 +1,6 @@
 //! Property tests: the lock-free bucket against a straightforward mutex
-//! implementation of the article's arithmetic (exact integers), and the
+//! implementation of the arithmetic of ClickHouse's `Throttler::throttleImpl`
+//! (`src/Common/Throttler.cpp`; exact integers), and the
 //! token-bucket bound over every window.
 
 use std::sync::{Arc, Mutex};
@@ -10,7 +11,7 @@ use slotring_throttle::{Clock, ManualClock, NANO_PER_TOKEN, Throttle, Throttler}
 
 const SEC: u64 = 1_000_000_000;
 
-/// The article's bucket, refill capped first, behind a mutex, in nano-tokens.
+/// ClickHouse's bucket, refill capped first, behind a mutex, in nano-tokens.
 struct Reference {
     inner: Mutex<(i128, u64, u64)>, // tokens, prev_ns, rate
     burst_ns: u64,

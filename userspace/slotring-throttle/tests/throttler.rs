@@ -101,7 +101,8 @@ fn refill_is_capped_at_the_burst_after_a_long_idle() {
 /// first, so the same request waits 29 s (previous test).
 #[test]
 fn clickhouse_min_after_subtract_is_an_unbounded_burst() {
-    // The article's formula, in exact integers (nano-tokens), for comparison.
+    // ClickHouse's formula (`src/Common/Throttler.cpp`), in exact integers
+    // (nano-tokens), for comparison.
     let (rate, burst) = (100i128, tok(100));
     let mut ch_tokens = burst - tok(100); // drained, as above
     ch_tokens = (ch_tokens + rate * (60 * SEC) as i128 - tok(3_000)).min(burst);
@@ -368,18 +369,62 @@ fn huge_values_are_typed_errors_never_wraps() {
     let t = throttler(1, &c);
     t.throttle(u64::MAX, Duration::ZERO).unwrap();
     assert_eq!(tokens(&t), tok(1) - tok(u64::MAX as i128));
-    // ...and the next one would overflow the lifetime count: refused, nothing charged.
+    // ...and so is the next one: the lifetime count saturates, the bucket
+    // stays exact (debt 2^65 tokens, far below 2^100 nano-tokens)...
+    assert!(!t.throttle(u64::MAX, Duration::ZERO).unwrap());
+    assert_eq!(tokens(&t), tok(1) - 2 * tok(u64::MAX as i128));
+    assert_eq!(t.count(), u64::MAX);
+    // ...until the debt itself leaves the exact range: the 69th such charge
+    // (69·(2^64−1)·10^9 > 2^100) is refused, and it charges nothing.
+    for _ in 2..68 {
+        t.throttle(u64::MAX, Duration::ZERO).unwrap();
+    }
+    let before = tokens(&t);
+    assert_eq!(before, tok(1) - 68 * tok(u64::MAX as i128));
     let e = t.throttle(u64::MAX, Duration::ZERO).unwrap_err();
-    assert!(matches!(e, ThrottleError::CountOverflow { .. }), "{e}");
-    assert_eq!(tokens(&t), tok(1) - tok(u64::MAX as i128));
-    // The lifetime count saturates with a typed error and charges nothing.
+    assert!(matches!(e, ThrottleError::DebtOverflow { .. }), "{e}");
+    assert_eq!(tokens(&t), before);
+    assert_eq!(t.count(), u64::MAX);
+}
+
+#[test]
+fn the_lifetime_count_saturates_and_never_fails_an_unlimited_charge() {
+    let c = clock();
+    // Unlimited, no lifetime limit (ClickHouse's default throttlers): the
+    // count is a statistic, and a statistic never fails an IO.
     let t = throttler(0, &c);
     t.throttle(u64::MAX - 5, UNLIMITED_BLOCK).unwrap();
-    let e = t.throttle(10, UNLIMITED_BLOCK).unwrap_err();
-    assert!(
-        matches!(e, ThrottleError::CountOverflow { count, amount: 10, .. } if count == u64::MAX - 5)
+    assert_eq!(t.throttle(10, UNLIMITED_BLOCK), Ok(false), "past 2^64");
+    assert_eq!(t.count(), u64::MAX);
+    assert_eq!(t.throttle(u64::MAX, UNLIMITED_BLOCK), Ok(false));
+    let r = t
+        .reserve(u64::MAX, UNLIMITED_BLOCK, 0, Source::Device)
+        .unwrap();
+    assert_eq!((r.delay_ns, r.blocked), (0, false));
+    assert_eq!(t.count(), u64::MAX);
+    assert_eq!(t.counters().amount, u64::MAX);
+    assert_eq!(c.now_ns(), T0, "nothing waited");
+
+    // With a lifetime limit a saturated count has passed the limit (no
+    // limit lies above u64::MAX), even `limit = u64::MAX`, which
+    // `count > limit` alone would miss: the typed error, tokens charged.
+    let t = Throttler::builder(0)
+        .clock(c.clone())
+        .name("all")
+        .limit(u64::MAX, "Everything.")
+        .build()
+        .unwrap();
+    t.throttle(u64::MAX - 5, UNLIMITED_BLOCK).unwrap();
+    assert_eq!(
+        t.throttle(10, UNLIMITED_BLOCK),
+        Err(ThrottleError::LimitExceeded {
+            name: "all".into(),
+            limit: u64::MAX,
+            count: u64::MAX,
+            message: "Everything.".into(),
+        })
     );
-    assert_eq!(t.count(), u64::MAX - 5);
+    assert_eq!(t.count(), u64::MAX);
 }
 
 #[test]
@@ -453,25 +498,49 @@ fn concurrent_accounting_equals_the_sum_of_amounts() {
 
 #[test]
 fn the_lifetime_count_never_wraps_under_concurrency() {
-    // Near u64::MAX, two racing charges that cannot both fit: exactly one
-    // lands, the other is refused, and the count is never seen wrapped.
+    // Near u64::MAX, two racing charges that cannot both fit in a u64: with
+    // no lifetime limit both land and the count saturates, never seen
+    // wrapped; with `limit = u64::MAX` exactly the one that saturates it is
+    // refused with the limit error (its tokens charged, as in ClickHouse).
     for _ in 0..200 {
         let t = Arc::new(Throttler::builder(0).build().unwrap());
         t.throttle(u64::MAX - 100, UNLIMITED_BLOCK).unwrap();
-        let results: Vec<_> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..2)
-                .map(|_| {
-                    let t = t.clone();
-                    s.spawn(move || t.throttle(60, UNLIMITED_BLOCK))
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        assert_eq!(
-            results.iter().filter(|r| r.is_ok()).count(),
-            1,
+        let results = race_two_charges_of_60(&t);
+        assert!(results.iter().all(|r| r == &Ok(false)), "{results:?}");
+        assert_eq!(t.count(), u64::MAX);
+
+        let t = Arc::new(
+            Throttler::builder(0)
+                .name("l")
+                .limit(u64::MAX, "Limit.")
+                .build()
+                .unwrap(),
+        );
+        t.throttle(u64::MAX - 100, UNLIMITED_BLOCK).unwrap();
+        let results = race_two_charges_of_60(&t);
+        let refused: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+        assert!(
+            matches!(
+                refused[..],
+                [ThrottleError::LimitExceeded {
+                    count: u64::MAX,
+                    ..
+                }]
+            ),
             "{results:?}"
         );
-        assert_eq!(t.count(), u64::MAX - 40);
+        assert_eq!(t.count(), u64::MAX);
     }
+}
+
+fn race_two_charges_of_60(t: &Arc<Throttler>) -> Vec<Result<bool, ThrottleError>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                let t = t.clone();
+                s.spawn(move || t.throttle(60, UNLIMITED_BLOCK))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
 }

@@ -1,40 +1,33 @@
-//! [`UringCounters`]: the engine's statistics, C layout for BPF maps.
+//! [`UringCounters`]: the engine's statistics, C layout for BPF maps,
+//! defined by one field list ([`slotring_counters::counter_set!`]).
 
-/// A snapshot of one engine's counters. Plain `u64`s in this exact order
-/// (the eBPF side mirrors the layout).
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct UringCounters {
-    /// Reads completed successfully.
-    pub reads: u64,
-    /// Writes completed successfully.
-    pub writes: u64,
-    /// Bytes read.
-    pub read_bytes: u64,
-    /// Bytes written.
-    pub write_bytes: u64,
-    /// Reads (or read pieces) served from the page cache, as detected.
-    pub page_cache_hits: u64,
-    /// Bytes served from the page cache, as detected.
-    pub page_cache_bytes: u64,
-    /// `RWF_NOWAIT` probes that missed (`-EAGAIN` or a partial hit).
-    pub nowait_misses: u64,
-    /// `cachestat(2)` calls made by the disk-rate guard.
-    pub cachestat_checks: u64,
-    /// Throttle waits booked (timeout SQEs, or sleeps in the pread engine).
-    pub waits_submitted: u64,
-    /// Total booked wait time, µs.
-    pub wait_us: u64,
-    /// Requests that ended cancelled.
-    pub cancellations: u64,
-    /// IOs resubmitted after `-EINTR`/`-EAGAIN`, and `EBUSY`/`EAGAIN` enters.
-    pub resubmits: u64,
-    /// Short transfers continued (or partial page-cache hits).
-    pub short_reads: u64,
-    /// Times the SQ was full and had to be submitted before pushing.
-    pub sq_full: u64,
-    /// Enters that found the CQ overflow flag set (completions kept by NODROP).
-    pub cq_overflows: u64,
+slotring_counters::counter_set! {
+    /// A snapshot of one engine's counters. Plain `u64`s in this exact order
+    /// (the eBPF side mirrors the layout); engines sum with `+` or `sum()`.
+    pub struct UringCounters, prefix = "slotring_io" {
+        counter reads: "Reads completed.",
+        counter writes: "Writes completed.",
+        counter read_bytes: "Bytes read.",
+        counter write_bytes: "Bytes written.",
+        /// Reads or read pieces.
+        counter page_cache_hits: "Reads detected as served from the page cache.",
+        counter page_cache_bytes: "Bytes detected as served from the page cache.",
+        /// `-EAGAIN` or a partial hit.
+        counter nowait_misses: "RWF_NOWAIT probes that missed the page cache.",
+        counter cachestat_checks: "cachestat(2) calls made by the disk-rate guard.",
+        counter waits_submitted => "waits": "Throttle waits booked by the engine (timeout SQEs or sleeps).",
+        /// In microseconds.
+        counter(us) wait_us => "wait_seconds": "Total booked throttle wait of the engine.",
+        counter cancellations: "Requests that ended cancelled.",
+        /// Also counts `EBUSY`/`EAGAIN` enters.
+        counter resubmits: "IOs resubmitted after EINTR/EAGAIN or busy enters.",
+        /// Or partial page-cache hits.
+        counter short_reads: "Short transfers continued.",
+        /// It had to be submitted before pushing.
+        counter sq_full: "Times the submission queue was full.",
+        /// Completions are kept by `IORING_FEAT_NODROP`.
+        counter cq_overflows: "Enters that found the completion queue overflowed (nothing lost).",
+    }
 }
 
 /// The paced-writeback statistics of one engine (kept apart from

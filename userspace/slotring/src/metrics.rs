@@ -9,7 +9,10 @@
 //! snapshot source: a closure over the service's own counter snapshots, or
 //! the pinned maps of a process ([`SlotringCollector::pinned`]). Names follow the Prometheus
 //! conventions: `_total` counters, base units (bytes, seconds), gauges
-//! without suffix.
+//! without suffix, one prefix per area (`slotring_throttler_*`,
+//! `slotring_slots_*`, `slotring_io_*`). The families of the three counter
+//! sets come from their field lists (`slotring_counters::counter_set!`):
+//! name, HELP, type and unit conversion are declared once, with the field.
 //!
 //! The kernel's exp2 histograms (bucket 0 counts zeros, bucket `i >= 1`
 //! counts values in `[2^(i-1), 2^i)` ns, the last bucket takes the rest)
@@ -21,8 +24,7 @@
 use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
-use slotring_slots::UNLIMITED;
-use slotring_throttle::ThrottleCounters;
+use slotring_counters::{CounterSet, Kind};
 
 use crate::snapshot::{HIST_BUCKETS, Snapshot};
 
@@ -116,237 +118,48 @@ fn histogram(name: &str, help: &str, slots: &[u64; HIST_BUCKETS]) -> MetricFamil
     family(name, help, MetricType::HISTOGRAM, vec![m])
 }
 
-fn secs_us(us: u64) -> f64 {
-    us as f64 / 1e6
-}
-
 fn secs_ns(ns: u64) -> f64 {
     ns as f64 / 1e9
+}
+
+/// One family per field of a counter set (name, help, type and unit from
+/// its field list), with one series per `(labels, counters)` entry.
+fn counter_set_families<T: CounterSet>(
+    series: &[(Vec<(&str, &str)>, T)],
+    out: &mut Vec<MetricFamily>,
+) {
+    for (i, f) in T::FIELDS.iter().enumerate() {
+        let metric = match f.kind {
+            Kind::Counter => counter_metric,
+            Kind::Gauge => gauge_metric,
+        };
+        let t = match f.kind {
+            Kind::Counter => MetricType::COUNTER,
+            Kind::Gauge => MetricType::GAUGE,
+        };
+        let metrics = series
+            .iter()
+            .map(|(l, c)| metric(f.export(c.get(i)), l))
+            .collect();
+        out.push(family(f.metric, f.help, t, metrics));
+    }
 }
 
 /// The metric families of a snapshot, in a stable order.
 pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
     let mut out = Vec::new();
-    // Throttlers (one series per throttler).
+    // Throttlers (one series per throttler), CPU slots, IO engine: every
+    // field of their counter sets, described by its `counter_set!` line.
     if !s.throttlers.is_empty() {
-        type Pick = fn(&ThrottleCounters) -> f64;
-        let per: [(&str, &str, MetricType, Pick); 6] = [
-            (
-                "slotring_throttler_bytes_total",
-                "Bytes charged to the throttler.",
-                MetricType::COUNTER,
-                |c| c.amount as f64,
-            ),
-            (
-                "slotring_throttler_page_cache_bytes_total",
-                "Page-cache bytes this block-device throttler did not charge.",
-                MetricType::COUNTER,
-                |c| c.page_cache_amount as f64,
-            ),
-            (
-                "slotring_throttler_wait_seconds_total",
-                "Time waited (or booked to wait) on the throttler.",
-                MetricType::COUNTER,
-                |c| secs_us(c.wait_us),
-            ),
-            (
-                "slotring_throttler_waits_total",
-                "Waits (or booked waits) on the throttler.",
-                MetricType::COUNTER,
-                |c| c.waits as f64,
-            ),
-            (
-                "slotring_throttler_blocked",
-                "Threads blocked in the throttler now.",
-                MetricType::GAUGE,
-                |c| c.block_count as f64,
-            ),
-            (
-                "slotring_throttler_max_bytes_per_second",
-                "Configured rate of the throttler (0 = unlimited).",
-                MetricType::GAUGE,
-                |c| c.max_speed as f64,
-            ),
-        ];
-        for (name, help, t, pick) in per {
-            let metrics = s
-                .throttlers
-                .iter()
-                .map(|th| {
-                    let l = [("throttler", th.name.as_str())];
-                    match t {
-                        MetricType::COUNTER => counter_metric(pick(&th.counters), &l),
-                        _ => gauge_metric(pick(&th.counters), &l),
-                    }
-                })
-                .collect();
-            out.push(family(name, help, t, metrics));
-        }
+        let series: Vec<_> = s
+            .throttlers
+            .iter()
+            .map(|th| (vec![("throttler", th.name.as_str())], th.counters))
+            .collect();
+        counter_set_families(&series, &mut out);
     }
-    // CPU slots.
-    let c = &s.slots;
-    out.push(counter(
-        "slotring_slots_granted_total",
-        "Slots granted unconditionally (the min of every allocation).",
-        c.slots_granted as f64,
-    ));
-    out.push(counter(
-        "slotring_slots_delayed_total",
-        "Slots wanted but not available when asked for.",
-        c.slots_delayed as f64,
-    ));
-    out.push(counter(
-        "slotring_slots_acquired_total",
-        "Competing slots acquired.",
-        c.slots_acquired as f64,
-    ));
-    out.push(counter(
-        "slotring_slots_acquired_non_competing_total",
-        "Non-competing (min) slots acquired under the fair schedulers.",
-        c.slots_acquired_non_competing as f64,
-    ));
-    out.push(counter(
-        "slotring_queries_delayed_total",
-        "Allocations (queries) that hit the capacity wall, once each.",
-        c.queries_delayed as f64,
-    ));
-    out.push(counter(
-        "slotring_slots_wait_seconds_total",
-        "Time spent blocked waiting for a slot.",
-        secs_us(c.wait_us),
-    ));
-    out.push(counter(
-        "slotring_lease_parks_total",
-        "CPU lease parks.",
-        c.parks as f64,
-    ));
-    out.push(counter(
-        "slotring_lease_unparks_total",
-        "CPU lease unparks.",
-        c.unparks as f64,
-    ));
-    out.push(counter(
-        "slotring_lease_unpark_borrows_total",
-        "Unparks that found the budget full and borrowed a slot.",
-        c.unpark_borrows as f64,
-    ));
-    let max = if c.max_concurrency == UNLIMITED {
-        0.0
-    } else {
-        c.max_concurrency as f64
-    };
-    out.push(gauge(
-        "slotring_slots_max",
-        "The CPU slot budget (0 = unlimited).",
-        max,
-    ));
-    out.push(gauge(
-        "slotring_slots_in_use",
-        "Competing slots counted against the budget now (granted or acquired, not parked).",
-        c.cur_concurrency as f64,
-    ));
-    out.push(gauge(
-        "slotring_slot_allocations",
-        "Live slot allocations (queries).",
-        c.allocations as f64,
-    ));
-    out.push(gauge(
-        "slotring_slot_waiters",
-        "Allocations waiting for slots.",
-        c.waiters as f64,
-    ));
-    out.push(gauge(
-        "slotring_leases_parked",
-        "Acquired slots whose CPU lease is parked now.",
-        c.parked as f64,
-    ));
-    out.push(gauge(
-        "slotring_slots_borrowed",
-        "Slots borrowed by unparks and not yet repaid.",
-        c.borrowed as f64,
-    ));
-    // IO engine.
-    let u = &s.uring;
-    let io: [(&str, &str, f64); 15] = [
-        (
-            "slotring_io_reads_total",
-            "Reads completed.",
-            u.reads as f64,
-        ),
-        (
-            "slotring_io_writes_total",
-            "Writes completed.",
-            u.writes as f64,
-        ),
-        (
-            "slotring_io_read_bytes_total",
-            "Bytes read.",
-            u.read_bytes as f64,
-        ),
-        (
-            "slotring_io_write_bytes_total",
-            "Bytes written.",
-            u.write_bytes as f64,
-        ),
-        (
-            "slotring_io_page_cache_hits_total",
-            "Reads detected as served from the page cache.",
-            u.page_cache_hits as f64,
-        ),
-        (
-            "slotring_io_page_cache_bytes_total",
-            "Bytes detected as served from the page cache.",
-            u.page_cache_bytes as f64,
-        ),
-        (
-            "slotring_io_nowait_misses_total",
-            "RWF_NOWAIT probes that missed the page cache.",
-            u.nowait_misses as f64,
-        ),
-        (
-            "slotring_io_cachestat_checks_total",
-            "cachestat(2) calls made by the disk-rate guard.",
-            u.cachestat_checks as f64,
-        ),
-        (
-            "slotring_io_waits_total",
-            "Throttle waits booked by the engine (timeout SQEs or sleeps).",
-            u.waits_submitted as f64,
-        ),
-        (
-            "slotring_io_wait_seconds_total",
-            "Total booked throttle wait of the engine.",
-            secs_us(u.wait_us),
-        ),
-        (
-            "slotring_io_cancellations_total",
-            "Requests that ended cancelled.",
-            u.cancellations as f64,
-        ),
-        (
-            "slotring_io_resubmits_total",
-            "IOs resubmitted after EINTR/EAGAIN or busy enters.",
-            u.resubmits as f64,
-        ),
-        (
-            "slotring_io_short_reads_total",
-            "Short transfers continued.",
-            u.short_reads as f64,
-        ),
-        (
-            "slotring_io_sq_full_total",
-            "Times the submission queue was full.",
-            u.sq_full as f64,
-        ),
-        (
-            "slotring_io_cq_overflows_total",
-            "Enters that found the completion queue overflowed (nothing lost).",
-            u.cq_overflows as f64,
-        ),
-    ];
-    for (name, help, v) in io {
-        out.push(counter(name, help, v));
-    }
+    counter_set_families(&[(vec![], s.slots)], &mut out);
+    counter_set_families(&[(vec![], s.uring)], &mut out);
     // Kernel probes.
     out.push(gauge(
         "slotring_probes_attached",
@@ -530,7 +343,8 @@ impl prometheus::core::Collector for SlotringCollector {
 mod tests {
     use super::*;
     use crate::snapshot::{KernelSnapshot, NamedThrottler};
-    use slotring_slots::SlotsCounters;
+    use slotring_slots::{SlotsCounters, UNLIMITED};
+    use slotring_throttle::ThrottleCounters;
 
     #[test]
     fn exp2_buckets_are_cumulative_and_complete() {

@@ -5,7 +5,8 @@
 //! counters, map name = metric name), `lease` and `thread_acct` (per-thread
 //! lease clocks and kernel accounting), `hist_park_cpu` and `hist_unpark_rq`.
 //! [`PinnedMaps`] opens them by path (like `bpftool map dump pinned …`),
-//! decodes every value with the `slotring-bpf` ABI mirrors and builds a
+//! decodes every value with the `slotring-bpf` ABI mirrors (the counter
+//! structs themselves for `slots` and `uring`) and builds a
 //! [`Snapshot`] for `slotring stats` and `slotring exporter`. Each read is
 //! one `BPF_MAP_LOOKUP_ELEM` per entry; no map is written.
 
@@ -13,9 +14,9 @@ use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, Map, MapData};
 use slotring_bpf::abi::{HIST_SLOTS, LeaseSlot, ThreadAcct, ThrottleStats};
-use slotring_bpf::{AbiStruct, Hist, SlotStats, UringStats};
+use slotring_bpf::{AbiStruct, Hist};
 use slotring_slots::SlotsCounters;
-use slotring_throttle::{LeaseState, ThrottleCounters};
+use slotring_throttle::LeaseState;
 use slotring_uring::UringCounters;
 
 use crate::snapshot::{HIST_BUCKETS, KernelSnapshot, NamedThrottler, Snapshot};
@@ -37,15 +38,23 @@ pub enum PinnedError {
         path: PathBuf,
     },
     /// Opening or reading the map failed (often: not root / no CAP_BPF).
-    #[error("reading pinned map {path}: {detail}")]
+    #[error("reading pinned map {path} failed")]
     Read {
         /// The path.
         path: PathBuf,
-        /// aya's message.
-        detail: String,
+        /// aya's error.
+        source: aya::maps::MapError,
+    },
+    /// The ABI struct the map holds is larger than this reader supports.
+    #[error("reading pinned map {path} failed: values of {words} words are not supported")]
+    UnsupportedSize {
+        /// The path.
+        path: PathBuf,
+        /// Words per value of the ABI struct.
+        words: usize,
     },
     /// A value in the map does not have the size of its ABI struct.
-    #[error("decoding pinned map {path}: {source}")]
+    #[error("decoding pinned map {path} failed")]
     Decode {
         /// The path.
         path: PathBuf,
@@ -59,27 +68,27 @@ fn read_array<const N: usize>(dir: &Path, name: &str) -> Result<Vec<Vec<u64>>, P
     if !path.exists() {
         return Err(PinnedError::Missing { path });
     }
-    let err = |e: &dyn std::fmt::Display| PinnedError::Read {
+    let err = |source| PinnedError::Read {
         path: path.clone(),
-        detail: e.to_string(),
+        source,
     };
-    let data = MapData::from_pin(&path).map_err(|e| err(&e))?;
-    let map = Map::from_map_data(data).map_err(|e| err(&e))?;
-    let array: Array<MapData, [u64; N]> = Array::try_from(map).map_err(|e| err(&e))?;
+    let data = MapData::from_pin(&path).map_err(err)?;
+    let map = Map::from_map_data(data).map_err(err)?;
+    let array: Array<MapData, [u64; N]> = Array::try_from(map).map_err(err)?;
     array
         .iter()
         .map(|v| v.map(|w| w.to_vec()))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| err(&e))
+        .map_err(err)
 }
 
 macro_rules! by_size {
     ($words:expr, $dir:expr, $name:expr; $($n:literal)*) => {
         match $words {
             $($n => read_array::<$n>($dir, $name),)*
-            other => Err(PinnedError::Read {
+            other => Err(PinnedError::UnsupportedSize {
                 path: $dir.join($name),
-                detail: format!("unsupported value size of {other} words"),
+                words: other,
             }),
         }
     };
@@ -157,28 +166,21 @@ impl PinnedMaps {
             .filter(|t| t.name[0] != 0)
             .map(|t| NamedThrottler {
                 name: t.name_str(),
-                counters: ThrottleCounters {
-                    amount: t.amount,
-                    page_cache_amount: t.page_cache_amount,
-                    wait_us: t.wait_us,
-                    waits: t.waits,
-                    block_count: t.block_count,
-                    max_speed: t.max_speed,
-                },
+                counters: t.counters,
             })
             .collect())
     }
 
     /// The slot counters.
     pub fn slots(&self) -> Result<SlotsCounters, PinnedError> {
-        let s = read_all::<SlotStats>(&self.dir, "slots")?;
-        Ok(slots_from_abi(&s.first().copied().unwrap_or_default()))
+        let s = read_all::<SlotsCounters>(&self.dir, "slots")?;
+        Ok(s.first().copied().unwrap_or_default())
     }
 
     /// The engine counters.
     pub fn uring(&self) -> Result<UringCounters, PinnedError> {
-        let u = read_all::<UringStats>(&self.dir, "uring")?;
-        Ok(uring_from_abi(&u.first().copied().unwrap_or_default()))
+        let u = read_all::<UringCounters>(&self.dir, "uring")?;
+        Ok(u.first().copied().unwrap_or_default())
     }
 
     fn hist(&self, name: &str) -> Result<[u64; HIST_BUCKETS], PinnedError> {
@@ -254,71 +256,6 @@ pub fn kernel_from_threads(
     k
 }
 
-/// Field-for-field conversions between a crate's counter struct and its BPF
-/// ABI mirror (the same `u64` fields in the same order; the round-trip tests
-/// below and `abi_matches_btf_of_the_object` keep the two in step).
-macro_rules! mirror {
-    ($from_abi:ident, $to_abi:ident, $abi:ident, $counters:ident, [$($f:ident),+ $(,)?]) => {
-        #[doc = concat!("`", stringify!($abi), "` (BPF ABI) → `", stringify!($counters), "` (same fields).")]
-        pub fn $from_abi(s: &$abi) -> $counters {
-            $counters { $($f: s.$f),+ }
-        }
-
-        #[doc = concat!("`", stringify!($counters), "` → `", stringify!($abi), "` (BPF ABI, same fields).")]
-        pub fn $to_abi(s: &$counters) -> $abi {
-            $abi { $($f: s.$f),+ }
-        }
-    };
-}
-
-mirror!(
-    slots_from_abi,
-    slots_to_abi,
-    SlotStats,
-    SlotsCounters,
-    [
-        slots_granted,
-        slots_delayed,
-        slots_acquired,
-        slots_acquired_non_competing,
-        queries_delayed,
-        wait_us,
-        parks,
-        unparks,
-        unpark_borrows,
-        max_concurrency,
-        cur_concurrency,
-        allocations,
-        waiters,
-        parked,
-        borrowed,
-    ]
-);
-
-mirror!(
-    uring_from_abi,
-    uring_to_abi,
-    UringStats,
-    UringCounters,
-    [
-        reads,
-        writes,
-        read_bytes,
-        write_bytes,
-        page_cache_hits,
-        page_cache_bytes,
-        nowait_misses,
-        cachestat_checks,
-        waits_submitted,
-        wait_us,
-        cancellations,
-        resubmits,
-        short_reads,
-        sq_full,
-        cq_overflows,
-    ]
-);
-
 /// CLOCK_MONOTONIC in ns (the clock of the lease slots).
 pub fn monotonic_ns() -> u64 {
     slotring_bpf::monotonic_ns()
@@ -331,12 +268,15 @@ mod tests {
     #[test]
     fn a_wrong_value_size_is_a_typed_error_naming_the_map() {
         let path = Path::new("/sys/fs/bpf/slotring/slots");
-        let good = vec![vec![7u64; SlotStats::WORDS]];
-        assert_eq!(decode_rows::<SlotStats>(good, path).unwrap()[0].parks, 7);
+        let good = vec![vec![7u64; SlotsCounters::WORDS]];
+        assert_eq!(
+            decode_rows::<SlotsCounters>(good, path).unwrap()[0].parks,
+            7
+        );
         let short = vec![vec![0u64; 3]];
-        let err = decode_rows::<SlotStats>(short, path).unwrap_err();
+        let err = decode_rows::<SlotsCounters>(short, path).unwrap_err();
         assert!(matches!(err, PinnedError::Decode { .. }), "{err:?}");
-        let msg = err.to_string();
+        let msg = chain(&err);
         assert!(
             msg.contains("/sys/fs/bpf/slotring/slots") && msg.contains("got 3"),
             "{msg}"
@@ -344,46 +284,56 @@ mod tests {
     }
 
     #[test]
-    fn abi_round_trips_keep_every_field() {
-        let s = SlotsCounters {
-            slots_granted: 1,
-            slots_delayed: 2,
-            slots_acquired: 3,
-            slots_acquired_non_competing: 4,
-            queries_delayed: 5,
-            wait_us: 6,
-            parks: 7,
-            unparks: 8,
-            unpark_borrows: 9,
-            max_concurrency: 10,
-            cur_concurrency: 11,
-            allocations: 12,
-            waiters: 13,
-            parked: 14,
-            borrowed: 15,
-        };
-        assert_eq!(slots_from_abi(&slots_to_abi(&s)), s);
+    fn counter_sets_are_their_own_abi_words_in_field_order() {
+        let s = SlotsCounters::from_values(std::array::from_fn(|i| i as u64 + 1));
+        assert_eq!(s.slots_granted, 1);
+        assert_eq!(SlotsCounters::from_words(&s.to_words()), s);
         // The ABI words are the fields in declaration order.
-        assert_eq!(slots_to_abi(&s).to_words(), (1..=15).collect::<Vec<u64>>());
-        let u = UringCounters {
-            reads: 1,
-            writes: 2,
-            read_bytes: 3,
-            write_bytes: 4,
-            page_cache_hits: 5,
-            page_cache_bytes: 6,
-            nowait_misses: 7,
-            cachestat_checks: 8,
-            waits_submitted: 9,
-            wait_us: 10,
-            cancellations: 11,
-            resubmits: 12,
-            short_reads: 13,
-            sq_full: 14,
-            cq_overflows: 15,
-        };
-        assert_eq!(uring_from_abi(&uring_to_abi(&u)), u);
-        assert_eq!(uring_to_abi(&u).to_words(), (1..=15).collect::<Vec<u64>>());
+        let n = SlotsCounters::LEN as u64;
+        assert_eq!(s.to_words(), (1..=n).collect::<Vec<u64>>());
+        let u = UringCounters::from_values(std::array::from_fn(|i| i as u64 + 1));
+        assert_eq!(u.reads, 1);
+        assert_eq!(UringCounters::from_words(&u.to_words()), u);
+        let n = UringCounters::LEN as u64;
+        assert_eq!(u.to_words(), (1..=n).collect::<Vec<u64>>());
+    }
+
+    /// The error and its causes, as `{:#}` of an `anyhow` chain prints them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        std::iter::successors(Some(e), |e| e.source())
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(": ")
+    }
+
+    #[test]
+    fn each_cause_is_printed_once() {
+        // The size mismatch under the decoding error.
+        let path = Path::new("/sys/fs/bpf/slotring/slots");
+        let err = decode_rows::<SlotsCounters>(vec![vec![0u64; 3]], path).unwrap_err();
+        let text = chain(&err);
+        assert!(
+            text.starts_with("decoding pinned map /sys/fs/bpf/slotring/slots failed: "),
+            "{text}"
+        );
+        assert_eq!(text.matches("got 3").count(), 1, "{text}");
+        // aya's error and the kernel's answer under the reading error: a
+        // plain file where a pinned map should be.
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("slots"), b"not a map").unwrap();
+        let err = PinnedMaps::new(d.path()).slots().unwrap_err();
+        assert!(matches!(err, PinnedError::Read { .. }), "{err:?}");
+        let text = chain(&err);
+        assert!(text.starts_with("reading pinned map "), "{text}");
+        let os = std::iter::successors(Some(&err as &dyn std::error::Error), |e| e.source())
+            .last()
+            .unwrap()
+            .to_string();
+        assert!(
+            os.contains("os error"),
+            "the kernel's answer is the last cause: {text}"
+        );
+        assert_eq!(text.matches(&os).count(), 1, "{text}");
     }
 
     #[test]

@@ -6,7 +6,13 @@
 //! [`UringCounters`]) and, when the kernel probes are attached, a
 //! [`KernelSnapshot`]. Snapshots are values: building metrics from them never
 //! touches a live throttler, slot budget or ring.
+//!
+//! Each counter struct is described field by field through [`CounterSet`]
+//! (name, metric name, help, counter or gauge, unit), so a report or an
+//! exporter can walk every counter without naming one; counter structs sum
+//! with `+` and `sum()` (one engine's counters over many engines, …).
 
+pub use slotring_counters::{CounterSet, Field, Kind, Unit};
 use slotring_slots::SlotsCounters;
 use slotring_throttle::ThrottleCounters;
 use slotring_uring::UringCounters;

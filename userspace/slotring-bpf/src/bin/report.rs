@@ -11,7 +11,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use slotring_bpf::{BpfConfig, ProbeStatus, SlotStats, SlotringBpf, Verdict, VerifyConfig};
+use slotring_bpf::{BpfConfig, ProbeStatus, SlotringBpf, Verdict, VerifyConfig};
+use slotring_slots::SlotsCounters;
 use slotring_throttle::{LeaseState, notify_lease_state};
 
 fn main() -> Result<()> {
@@ -34,14 +35,21 @@ fn main() -> Result<()> {
     let bpf = SlotringBpf::load_or_degrade(cfg);
     match bpf.status() {
         ProbeStatus::Attached(mode) => println!("probes: attached ({mode:?})"),
-        ProbeStatus::Degraded(e) => println!("probes: degraded: {e}"),
+        ProbeStatus::Degraded(e) => {
+            // The reason and each of its causes, once.
+            let causes: Vec<String> =
+                std::iter::successors(Some(e as &dyn std::error::Error), |e| e.source())
+                    .map(ToString::to_string)
+                    .collect();
+            println!("probes: degraded: {}", causes.join(": "));
+        }
     }
     slotring_bpf::install_observer();
 
-    let stats = SlotStats {
+    let stats = SlotsCounters {
         slots_granted: 3,
         parks: 2,
-        ..SlotStats::default()
+        ..SlotsCounters::default()
     };
     bpf.publish_slots(&stats);
     if bpf.slot_stats() != stats {

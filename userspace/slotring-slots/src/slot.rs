@@ -1,0 +1,129 @@
+//! The acquired slot: [`AcquiredSlot`] and its [`CurrentLease`] guard.
+//!
+//! An acquired slot is one thread's share of the budget (ClickHouse's
+//! `IAcquiredSlot`) and a parkable CPU lease ([`SlotLease`]). Its accounting
+//! lives in a `SlotState` (`shared.rs`); while the slot is the thread's
+//! current lease that state sits on the thread's lease stack (`lease.rs`)
+//! and the [`CurrentLease`] guard brings it back.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use slotring_throttle::notify_lease_state;
+
+use crate::lease::{SlotLease, install_throttle_lease_hook, push_current, take_current};
+use crate::shared::SlotState;
+
+/// An acquired slot: held by one thread while it runs (ClickHouse's
+/// `IAcquiredSlot`). Dropping it returns the slot to the global budget (not
+/// to the allocation). It is also a CPU lease: see [`crate::SlotLease`] and
+/// [`AcquiredSlot::make_current`].
+#[must_use = "dropping an acquired slot releases it at once"]
+pub struct AcquiredSlot {
+    slot_id: u64,
+    state: SlotState,
+}
+
+impl fmt::Debug for AcquiredSlot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AcquiredSlot")
+            .field("slot_id", &self.slot_id)
+            .field("competing", &self.state.competing)
+            .field("parked", &self.state.parked)
+            .finish()
+    }
+}
+
+impl AcquiredSlot {
+    /// A slot numbered `slot_id` whose accounting is `state`.
+    pub(crate) fn new(slot_id: u64, state: SlotState) -> Self {
+        Self { slot_id, state }
+    }
+
+    /// Unique within its allocation: 0, 1, 2, … in grant order (a query's
+    /// thread number).
+    pub fn slot_id(&self) -> u64 {
+        self.slot_id
+    }
+
+    /// Whether the slot counts against the budget (false for fair schedulers'
+    /// `min` slots and for [`crate::GrantedAllocation`] slots).
+    pub fn is_competing(&self) -> bool {
+        self.state.competing
+    }
+
+    /// Whether the slot is parked.
+    pub fn is_parked(&self) -> bool {
+        self.state.parked
+    }
+
+    /// Make this slot the calling thread's current CPU lease until the guard
+    /// drops. Reports `Running` (or `Parked` if the slot is parked) to the
+    /// lease observer — for every held slot, including non-competing and
+    /// [`crate::GrantedAllocation`] ones: the thread is a slot-holding worker; the guard's drop reports `NotHolding` (or the state of
+    /// the previous current lease). While current, park it through
+    /// [`crate::CpuLeaseParkGuard`] (or any blocking `slotring-throttle` wait).
+    pub fn make_current(&mut self) -> CurrentLease<'_> {
+        install_throttle_lease_hook();
+        let state = std::mem::take(&mut self.state);
+        let competing = state.competing;
+        let ls = state.lease_state();
+        let (index, token) = push_current(state);
+        // Keep the slot's `competing` flag readable while the state is away.
+        self.state.competing = competing;
+        notify_lease_state(ls);
+        CurrentLease {
+            slot: self,
+            index,
+            token,
+            _not_send: PhantomData,
+        }
+    }
+}
+
+impl SlotLease for AcquiredSlot {
+    fn park(&mut self) -> bool {
+        self.state.park()
+    }
+    fn unpark(&mut self) {
+        self.state.unpark()
+    }
+}
+
+/// While alive, its slot is the thread's current CPU lease (unless a later
+/// guard made another slot current). `!Send`.
+///
+/// Guards may drop in any order: each takes back only its own slot's state.
+/// Dropping the guard of the lease that is current makes the previous live
+/// one current again; dropping any other guard changes nothing else.
+#[must_use = "the slot stops being the current lease when this guard drops"]
+#[derive(Debug)]
+pub struct CurrentLease<'a> {
+    slot: &'a mut AcquiredSlot,
+    /// Its entry's position on the thread's lease stack: stable while the
+    /// guard lives (only tombstones and the top entry are ever removed).
+    index: usize,
+    token: u64,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl CurrentLease<'_> {
+    /// The current slot's id.
+    pub fn slot_id(&self) -> u64 {
+        self.slot.slot_id()
+    }
+}
+
+impl Drop for CurrentLease<'_> {
+    fn drop(&mut self) {
+        // If the thread's locals are already gone, the state was released
+        // with them and the slot keeps its empty one.
+        let (mine, now) = take_current(self.index, self.token);
+        if let Some(mine) = mine {
+            self.slot.state = mine;
+        }
+        if let Some(now) = now {
+            notify_lease_state(now);
+        }
+    }
+}
