@@ -271,7 +271,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
                     off += r.unwrap() as u64;
                     buf = b;
                 }
-                (t0.elapsed(), e.writeback_counters())
+                (t0.elapsed(), e.counters())
             })
         })
         .collect();

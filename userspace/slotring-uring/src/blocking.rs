@@ -42,7 +42,7 @@ use std::time::Duration;
 use slotring_throttle::{LeaseParked, ThrottlePtr, park_current_lease};
 
 use crate::core::{Core, PreIoWait, Release, Submit};
-use crate::counters::{UringCounters, WritebackCounters};
+use crate::counters::UringCounters;
 use crate::engine::{IoEngine, RingConfig};
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
@@ -257,11 +257,6 @@ impl UringEngine {
         self.core.counters()
     }
 
-    /// A snapshot of the paced-writeback counters.
-    pub fn writeback_counters(&self) -> WritebackCounters {
-        self.core.writeback_counters()
-    }
-
     /// Submit one request whose pre-IO waits are staged, and drive it to
     /// completion, parking the CPU lease exactly while it waits on a
     /// throttle timeout.
@@ -365,10 +360,6 @@ impl IoEngine for UringEngine {
 
     fn counters(&self) -> UringCounters {
         self.core.counters()
-    }
-
-    fn writeback_counters(&self) -> WritebackCounters {
-        self.core.writeback_counters()
     }
 
     fn kind(&self) -> &'static str {

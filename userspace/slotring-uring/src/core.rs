@@ -71,7 +71,7 @@ use std::time::Duration;
 
 use slotring_throttle::{Source, ThrottlePtr};
 
-use crate::counters::{UringCounters, WritebackCounters};
+use crate::counters::UringCounters;
 use crate::error::UringError;
 use crate::file::UringFile;
 use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
@@ -268,7 +268,6 @@ pub(crate) struct Core {
     ring: Ring<Req>,
     policy: Policy,
     counters: UringCounters,
-    wb: WritebackCounters,
     /// Bytes of the `RWF_NOWAIT` probes in flight (every [`Lifecycle::Probing`]).
     probe_bytes: u64,
     /// Bytes paced writes have put in the page cache whose writeback is
@@ -296,7 +295,6 @@ impl Core {
             ring,
             policy,
             counters: UringCounters::default(),
-            wb: WritebackCounters::default(),
             probe_bytes: 0,
             dirty_unsubmitted: 0,
             cqes: Vec::new(),
@@ -321,10 +319,6 @@ impl Core {
         let mut c = self.counters;
         c.cq_overflows = self.ring.overflows_seen();
         c
-    }
-
-    pub(crate) fn writeback_counters(&self) -> WritebackCounters {
-        self.wb
     }
 
     pub(crate) fn in_flight(&self) -> usize {
@@ -913,10 +907,12 @@ impl Core {
         }
         if io.kind == IoKind::PacedWrite {
             r.unsynced += n as u64;
-            self.wb.paced_bytes += n as u64;
+            self.counters.paced_bytes += n as u64;
             self.dirty_unsubmitted += n as u64;
-            self.wb.dirty_high_water_bytes =
-                self.wb.dirty_high_water_bytes.max(self.dirty_unsubmitted);
+            self.counters.dirty_high_water_bytes = self
+                .counters
+                .dirty_high_water_bytes
+                .max(self.dirty_unsubmitted);
         }
         let r = self.req(id);
         if r.done < r.len {
@@ -949,9 +945,9 @@ impl Core {
         let unsynced = std::mem::take(&mut r.unsynced);
         self.dirty_unsubmitted -= unsynced;
         match res {
-            0.. => self.wb.writeback_submissions += 1,
+            0.. => self.counters.writeback_submissions += 1,
             e if e == -libc::ECANCELED => {}
-            _ => self.wb.writeback_errors += 1,
+            _ => self.counters.writeback_errors += 1,
         }
     }
 

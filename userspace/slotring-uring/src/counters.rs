@@ -27,25 +27,15 @@ slotring_counters::counter_set! {
         counter sq_full: "Times the submission queue was full.",
         /// Completions are kept by `IORING_FEAT_NODROP`.
         counter cq_overflows: "Enters that found the completion queue overflowed (nothing lost).",
+        /// Each followed at once by the start of its writeback.
+        counter paced_bytes: "Bytes written by paced writes.",
+        /// `SYNC_FILE_RANGE_WRITE` SQEs or calls that succeeded.
+        counter writeback_submissions: "Writebacks started for paced writes.",
+        /// The pages stay with the kernel's flush; a write error reaches `fsync`.
+        counter writeback_errors: "Writebacks of paced writes the kernel refused.",
+        /// Per engine (a sum over engines bounds the total from above).
+        gauge dirty_high_water_bytes: "High-water mark of paced bytes in the page cache whose writeback was not started yet.",
     }
-}
-
-/// The paced-writeback statistics of one engine (kept apart from
-/// [`UringCounters`], whose layout the eBPF side mirrors).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct WritebackCounters {
-    /// Bytes written by paced writes (each followed by the start of its
-    /// writeback).
-    pub paced_bytes: u64,
-    /// Writebacks started for paced writes (`SYNC_FILE_RANGE_WRITE` calls
-    /// or SQEs that succeeded).
-    pub writeback_submissions: u64,
-    /// Writebacks the kernel refused (the pages stay with its own flush; a
-    /// write error reaches the caller's `fsync`).
-    pub writeback_errors: u64,
-    /// High-water mark of the bytes paced writes had in the page cache
-    /// whose writeback was not started yet.
-    pub dirty_high_water_bytes: u64,
 }
 
 #[cfg(test)]
@@ -53,12 +43,16 @@ mod tests {
     use super::UringCounters;
 
     #[test]
-    fn layout_is_fifteen_u64_in_order() {
-        assert_eq!(std::mem::size_of::<UringCounters>(), 15 * 8);
+    fn layout_is_nineteen_u64_in_order() {
+        assert_eq!(std::mem::size_of::<UringCounters>(), 19 * 8);
         assert_eq!(std::mem::align_of::<UringCounters>(), 8);
         assert_eq!(std::mem::offset_of!(UringCounters, reads), 0);
         assert_eq!(std::mem::offset_of!(UringCounters, page_cache_hits), 4 * 8);
         assert_eq!(std::mem::offset_of!(UringCounters, waits_submitted), 8 * 8);
         assert_eq!(std::mem::offset_of!(UringCounters, cq_overflows), 14 * 8);
+        assert_eq!(
+            std::mem::offset_of!(UringCounters, dirty_high_water_bytes),
+            18 * 8
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use slotring_throttle::ThrottlePtr;
 
 use crate::blocking::UringEngine;
-use crate::counters::{UringCounters, WritebackCounters};
+use crate::counters::UringCounters;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::Policy;
@@ -104,9 +104,6 @@ pub trait IoEngine: Send {
 
     /// A snapshot of the counters.
     fn counters(&self) -> UringCounters;
-
-    /// A snapshot of the paced-writeback counters.
-    fn writeback_counters(&self) -> WritebackCounters;
 
     /// `"io_uring"` or `"pread"`.
     fn kind(&self) -> &'static str;

@@ -74,7 +74,7 @@ mod sys;
 mod tokio;
 
 pub use crate::blocking::{Completion, Ticket, UringEngine};
-pub use crate::counters::{UringCounters, WritebackCounters};
+pub use crate::counters::UringCounters;
 #[cfg(feature = "test-util")]
 pub use crate::engine::open_engine_with;
 pub use crate::engine::{IoEngine, RingConfig, open_engine};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use slotring_throttle::{Source, ThrottlePtr, park_current_lease, sleep_abs_monotonic};
 
-use crate::counters::{UringCounters, WritebackCounters};
+use crate::counters::UringCounters;
 use crate::engine::IoEngine;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
@@ -22,7 +22,6 @@ pub struct PreadEngine {
     sys: Box<dyn Syscalls>,
     policy: Policy,
     counters: UringCounters,
-    wb: WritebackCounters,
 }
 
 impl std::fmt::Debug for PreadEngine {
@@ -61,7 +60,6 @@ impl PreadEngine {
             sys,
             policy,
             counters: UringCounters::default(),
-            wb: WritebackCounters::default(),
         }
     }
 
@@ -279,13 +277,13 @@ impl PreadEngine {
             file.grow_to(offset + end as u64);
             let n = (end - done) as u64;
             if paced {
-                self.wb.paced_bytes += n;
-                self.wb.dirty_high_water_bytes = self.wb.dirty_high_water_bytes.max(n);
+                self.counters.paced_bytes += n;
+                self.counters.dirty_high_water_bytes = self.counters.dirty_high_water_bytes.max(n);
                 match self.sys.sync_file_range_write(fd, offset + done as u64, n) {
-                    Ok(()) => self.wb.writeback_submissions += 1,
+                    Ok(()) => self.counters.writeback_submissions += 1,
                     // Pacing is no durability promise: the pages stay with
                     // the kernel's flush, and a write error reaches fsync.
-                    Err(_) => self.wb.writeback_errors += 1,
+                    Err(_) => self.counters.writeback_errors += 1,
                 }
             }
             done = end;
@@ -328,10 +326,6 @@ impl IoEngine for PreadEngine {
 
     fn counters(&self) -> UringCounters {
         self.counters
-    }
-
-    fn writeback_counters(&self) -> WritebackCounters {
-        self.wb
     }
 
     fn kind(&self) -> &'static str {

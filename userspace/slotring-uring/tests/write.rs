@@ -108,7 +108,7 @@ fn paced_writes_reach_the_disk(make: fn(Policy) -> Box<dyn IoEngine>) {
         0,
         "a paced write returned with dirty pages whose writeback it had not started"
     );
-    let wb = e.writeback_counters();
+    let wb = e.counters();
     assert_eq!(wb.paced_bytes, MIB as u64);
     assert_eq!(wb.writeback_submissions, (MIB / PIECE) as u64, "{wb:?}");
     assert_eq!(wb.writeback_errors, 0);
@@ -118,7 +118,7 @@ fn paced_writes_reach_the_disk(make: fn(Policy) -> Box<dyn IoEngine>) {
     // what this test catches when pacing is broken.
     let mut plain = make(unpaced());
     assert!(write_then_check_disk(plain.as_mut(), &data, &limit) > 0);
-    assert_eq!(plain.writeback_counters().paced_bytes, 0);
+    assert_eq!(plain.counters().paced_bytes, 0);
 }
 
 #[test]
@@ -152,7 +152,7 @@ fn large_writes_go_in_booked_pieces(make: fn(Policy) -> Box<dyn IoEngine>) {
         c.waits_submitted >= 3,
         "one wait per piece after the first: {c:?}"
     );
-    let wb = e.writeback_counters();
+    let wb = e.counters();
     assert_eq!(wb.writeback_submissions, 4, "{wb:?}");
     assert!(wb.dirty_high_water_bytes <= PIECE as u64, "{wb:?}");
     let mut back = vec![0; MIB];
@@ -252,11 +252,7 @@ fn short_writes_are_continued_and_paced() {
         assert_eq!(r.unwrap(), data.len(), "{kind}");
         assert_eq!(e.counters().short_reads, 2, "{kind}");
         assert_eq!(e.counters().write_bytes, data.len() as u64, "{kind}");
-        assert_eq!(
-            e.writeback_counters().paced_bytes,
-            data.len() as u64,
-            "{kind}"
-        );
+        assert_eq!(e.counters().paced_bytes, data.len() as u64, "{kind}");
         if kind == "pread" {
             // Really short: the continuation dirties new pages, which the
             // piece's writeback takes. (On the ring the seam only rewrites
@@ -285,7 +281,7 @@ fn a_refused_writeback_fails_no_write() {
     let data = pattern(64 << 10, 11);
     let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
     assert_eq!(r.unwrap(), data.len());
-    assert_eq!(e.writeback_counters().writeback_errors, 1);
+    assert_eq!(e.counters().writeback_errors, 1);
 }
 
 /// A file truncated between the pieces of a paced write: the kernel does
