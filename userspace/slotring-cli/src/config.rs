@@ -107,8 +107,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     (
         "max_local_write_bandwidth",
-        "0",
-        "bytes/s written to the block device, e.g. creating the data file (0 = unlimited)",
+        "64MiB",
+        "bytes/s written to the block device, e.g. creating the data file; writeback is paced to it (0 = unlimited)",
     ),
     (
         "concurrent_threads_soft_limit_num",

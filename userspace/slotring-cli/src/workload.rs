@@ -39,7 +39,7 @@ use slotring::uring::{IoEngine, PreadEngine, RingConfig, UringCounters, UringEng
 use crate::config::{EngineKind, RunConfig};
 use crate::http::{MetricsServer, render_registry};
 use crate::report::{
-    DataFile, FailingThread, FairnessReport, IoReport, KernelReport, ProcessReport, QueryReport,
+    DataFile, DiskWrites, FailingThread, FairnessReport, IoReport, KernelReport, ProcessReport, QueryReport,
     Report, SlotsReport, ThrottlerReport, Timeline, jain,
 };
 use slotring::metrics::SlotringCollector;
@@ -297,6 +297,94 @@ fn create_data_file(
     file.advise_random()
         .map_err(|e| err(format!("fadvise(RANDOM): {e}")))?;
     Ok(file)
+}
+
+/// The `/sys/dev/block/<major>:<minor>/stat` of the block device `dir`
+/// lives on, if it has one (a partition has its own).
+fn block_stat(dir: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir).ok()?.dev();
+    let stat = PathBuf::from(format!(
+        "/sys/dev/block/{}:{}/stat",
+        nix::sys::stat::major(dev),
+        nix::sys::stat::minor(dev)
+    ));
+    stat.exists().then_some(stat)
+}
+
+/// Bytes written so far per a block-device stat file (field 7, sectors).
+fn sectors_written(stat: &Path) -> Option<u64> {
+    std::fs::read_to_string(stat)
+        .ok()?
+        .split_whitespace()
+        .nth(6)?
+        .parse::<u64>()
+        .ok()
+        .map(|s| s * 512)
+}
+
+/// Samples a block device's writes in 100 ms windows on its own thread:
+/// each window's rate (bytes over the window's real length, at least
+/// 100 ms; `burst` bytes are taken off the first window).
+/// Dropped unfinished (a failed run), it stops its thread.
+struct DiskPeak {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<Vec<f64>>>,
+}
+
+impl Drop for DiskPeak {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl DiskPeak {
+    const WINDOW: Duration = Duration::from_millis(100);
+
+    fn start(stat: PathBuf, burst: u64) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut rates = Vec::new();
+            let mut prev = sectors_written(&stat).unwrap_or(0);
+            let mut last = Instant::now();
+            let mut first = true;
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(Self::WINDOW);
+                let now = sectors_written(&stat).unwrap_or(prev);
+                let at = Instant::now();
+                let mut bytes = now.saturating_sub(prev);
+                if first {
+                    bytes = bytes.saturating_sub(burst);
+                    first = false;
+                }
+                let secs = (at - last).as_secs_f64().max(Self::WINDOW.as_secs_f64());
+                rates.push(bytes as f64 / secs);
+                prev = now;
+                last = at;
+            }
+            rates
+        });
+        Self {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stop after one more window; the peak and the median window rate.
+    fn finish(mut self) -> (f64, f64) {
+        std::thread::sleep(Self::WINDOW);
+        self.stop.store(true, Ordering::Relaxed);
+        let mut rates = self
+            .handle
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        rates.sort_by(f64::total_cmp);
+        let peak = rates.last().copied().unwrap_or(0.0);
+        let median = rates.get(rates.len() / 2).copied().unwrap_or(0.0);
+        (peak, median)
+    }
 }
 
 fn process_cpu_s() -> f64 {
@@ -623,9 +711,13 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
             .build()
             .map_err(setup)?,
     );
+    // A burst of 100 ms of the rate: the disk should see the write limit
+    // over any 100 ms window (the engine paces the writeback to it).
+    let write_burst = Duration::from_millis(100);
     let write = Arc::new(
         Throttler::builder(cfg.max_local_write_bandwidth)
             .name("local_write")
+            .burst(write_burst)
             .limits_block_device_bandwidth(true)
             .build()
             .map_err(setup)?,
@@ -675,6 +767,19 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let create_bar = multi.add(ProgressBar::new(cfg.file_size));
     create_bar.set_style(bytes_style.clone());
     create_bar.set_prefix("data file");
+    // The disk's writes while the file is created and synced, and the
+    // neighbours' share just before.
+    let stat = block_stat(&dir);
+    let neighbours = stat.as_ref().map(|s| {
+        let noise = DiskPeak::start(s.clone(), 0);
+        std::thread::sleep(Duration::from_millis(400));
+        noise.finish().0
+    });
+    let write_burst_bytes =
+        (write_burst.as_secs_f64() * cfg.max_local_write_bandwidth as f64) as u64;
+    let peak = stat
+        .as_ref()
+        .map(|s| DiskPeak::start(s.clone(), write_burst_bytes));
     let t_create = Instant::now();
     let file = {
         let engine_cfg = Live::engine_for(cfg);
@@ -686,6 +791,18 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     };
     let (file, create_counters, early_reason, first_kind) = file;
     let create_s = t_create.elapsed().as_secs_f64();
+    let disk_writes = match (stat, peak, neighbours) {
+        (Some(stat), Some(sampler), Some(neighbours)) => {
+            let (peak, median) = sampler.finish();
+            Some(DiskWrites {
+                stat: stat.display().to_string(),
+                peak_bytes_per_s: peak,
+                median_bytes_per_s: median,
+                neighbours_peak_bytes_per_s: neighbours,
+            })
+        }
+        _ => None,
+    };
 
     // 2. Queries.
     let start = Instant::now();
@@ -995,6 +1112,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
             filesystem,
             create_s,
             kept,
+            disk_writes,
         },
         throttlers: vec![
             throttle_report(&read, elapsed),
