@@ -39,8 +39,8 @@ use slotring::uring::{IoEngine, PreadEngine, RingConfig, UringCounters, UringEng
 use crate::config::{EngineKind, RunConfig};
 use crate::http::{MetricsServer, render_registry};
 use crate::report::{
-    DataFile, DiskWrites, FailingThread, FairnessReport, IoReport, KernelReport, ProcessReport, QueryReport,
-    Report, SlotsReport, ThrottlerReport, Timeline, jain,
+    DataFile, DiskWrites, FailingThread, FairnessReport, IoReport, KernelReport, ProcessReport,
+    QueryReport, Report, SlotsReport, ThrottlerReport, Timeline, jain,
 };
 use slotring::metrics::SlotringCollector;
 use slotring::pinned::{self, ThreadState};
