@@ -64,7 +64,6 @@ fn a_throttled_uring_read_parks_the_slot_and_costs_no_cpu() -> Result<()> {
     let path = data_file()?;
     let file = UringFile::new(std::fs::File::open(&path)?)?;
     let throttle: ThrottlePtr = Arc::new(Throttler::builder(RATE).name("scan").build()?);
-    throttle.throttle(RATE, std::time::Duration::ZERO)?; // spend the burst
 
     let read_done = Arc::new(AtomicBool::new(false));
     let (entering_tx, entering_rx) = mpsc::channel();
@@ -77,6 +76,10 @@ fn a_throttled_uring_read_parks_the_slot_and_costs_no_cpu() -> Result<()> {
             let _current = slot.make_current();
             let mut engine = UringEngine::new(&RingConfig::default())?;
             entering_tx.send(())?;
+            // Spend the burst right before the read, so that the time taken
+            // to start this thread and its ring (long on a loaded machine)
+            // does not refill the bucket and shorten the wait below.
+            throttle.throttle(RATE, std::time::Duration::ZERO)?;
             let (n, buf) =
                 engine.read_at(&file, vec![0; READ], 0, Some(&throttle), UNLIMITED_BLOCK);
             read_done.store(true, Ordering::SeqCst);

@@ -1,19 +1,26 @@
 //! `slotring run` settings: defaults < TOML file < environment < command line.
 //!
-//! Every setting has one name, spelled as ClickHouse spells it where
-//! ClickHouse has it (`max_local_read_bandwidth`, …): `snake_case` in the
-//! TOML file, `SLOTRING_` + upper case in the environment, `--kebab-case` on
-//! the command line. Values are collected as strings from each layer (the
-//! highest wins) and parsed once, so a bad value gets the same error from
-//! any layer, naming the option, the value and where it came from.
+//! [`RunConfig`] declares every setting once, as a clap argument: its name,
+//! spelled as ClickHouse spells it where ClickHouse has it
+//! (`max_local_read_bandwidth`, …), its `SLOTRING_` variable, its default,
+//! its help and the function that parses it. The name is the TOML key and,
+//! in kebab case, the option.
+//!
+//! clap parses the command line with the environment turned off
+//! ([`without_env`]): [`RunConfig::overlay`] then fills each setting the
+//! command line did not give from its variable, else from the file
+//! ([`ConfigFile`]), parsing the value with the setting's own parser. So a
+//! bad value gets the same error from any layer, naming the option, the
+//! value and where it came from, and the file sits between the environment
+//! and the defaults, where clap alone could not put it.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use serde::Serialize;
 use slotring::slots::Scheduler;
 
@@ -21,7 +28,7 @@ use slotring::slots::Scheduler;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A value that does not parse or is out of range.
-    #[error("invalid value `{value}` for --{option} (from {origin}): expected {expected}")]
+    #[error("invalid value `{value}` for --{option} (from {origin})")]
     Invalid {
         /// The option, kebab-case.
         option: String,
@@ -29,8 +36,8 @@ pub enum ConfigError {
         value: String,
         /// Where it came from.
         origin: Origin,
-        /// What would have been accepted.
-        expected: &'static str,
+        /// What would have been accepted (an [`Expected`]).
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A key in the TOML file that is not a setting.
     #[error("unknown setting `{key}` in {path} (known: {known})")]
@@ -42,21 +49,27 @@ pub enum ConfigError {
         /// The known keys.
         known: String,
     },
-    /// The TOML file could not be read or parsed.
-    #[error("config file {path}: {message}")]
-    File {
+    /// The TOML file could not be read.
+    #[error("reading config file {path}")]
+    Read {
         /// The file.
         path: PathBuf,
-        /// What went wrong.
-        message: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The TOML file is not TOML.
+    #[error("parsing config file {path}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: toml::de::Error,
     },
 }
 
-/// Where a setting's value came from.
+/// Where a rejected value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
-    /// The built-in default.
-    Default,
     /// The TOML config file.
     File(PathBuf),
     /// An environment variable.
@@ -68,13 +81,18 @@ pub enum Origin {
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Origin::Default => f.write_str("the default"),
             Origin::File(p) => write!(f, "config file {}", p.display()),
             Origin::Env(v) => write!(f, "environment variable {v}"),
             Origin::CommandLine => f.write_str("the command line"),
         }
     }
 }
+
+/// What a value parser would have accepted: the cause of
+/// [`ConfigError::Invalid`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("expected {0}")]
+pub struct Expected(pub &'static str);
 
 /// Which IO engine `slotring run` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -86,335 +104,416 @@ pub enum EngineKind {
     Fallback,
 }
 
-impl FromStr for EngineKind {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "io_uring" | "uring" => Ok(EngineKind::IoUring),
-            "fallback" | "pread" => Ok(EngineKind::Fallback),
-            _ => Err(()),
-        }
-    }
-}
-
-/// Every setting: `(name, default, help)`. The name is the TOML key; the
-/// option is `--name-with-dashes`, the variable `SLOTRING_NAME`.
-pub const SETTINGS: &[(&str, &str, &str)] = &[
-    (
-        "max_local_read_bandwidth",
-        "64MiB",
-        "bytes/s from the block device (0 = unlimited)",
-    ),
-    (
-        "max_local_write_bandwidth",
-        "64MiB",
-        "bytes/s written to the block device, e.g. creating the data file; writeback is paced to it (0 = unlimited)",
-    ),
-    (
-        "concurrent_threads_soft_limit_num",
-        "0",
-        "CPU slot budget (0 = no limit from this setting)",
-    ),
-    (
-        "concurrent_threads_soft_limit_ratio_to_cores",
-        "2",
-        "CPU slot budget per core (0 = no limit from this setting)",
-    ),
-    (
-        "concurrent_threads_scheduler",
-        "max_min_fair",
-        "round_robin | fair_round_robin | max_min_fair",
-    ),
-    ("duration", "10s", "how long the queries run"),
-    ("file_size", "1GiB", "size of the data file"),
-    (
-        "dir",
-        "",
-        "directory for the data file (default: $TMPDIR or /var/tmp)",
-    ),
-    ("keep", "false", "keep the data file afterwards"),
-    ("engine", "io_uring", "io_uring | fallback"),
-    ("scans", "3", "concurrent scan queries"),
-    ("scan_threads", "4", "threads (max slots) per scan query"),
-    (
-        "short_query_interval",
-        "100ms",
-        "a short query starts this often (0 = none)",
-    ),
-    ("read_size", "256KiB", "bytes per read"),
-    ("cpu_work_per_read", "500us", "CPU work between reads"),
-    (
-        "slot_quantum",
-        "50ms",
-        "a scan thread gives its slot back after this much work",
-    ),
-    (
-        "lease_parking",
-        "true",
-        "park the thread's CPU lease while it waits on a throttle",
-    ),
-    (
-        "listen",
-        "127.0.0.1:9464",
-        "serve /metrics here (empty = off)",
-    ),
-    (
-        "pin_dir",
-        "/sys/fs/bpf/slotring",
-        "where the BPF maps are pinned",
-    ),
-    ("probes", "true", "attach the eBPF probes when permitted"),
-];
-
-/// Raw values with their origin, before parsing.
-#[derive(Debug, Clone, Default)]
-pub struct Layers {
-    values: BTreeMap<&'static str, (String, Origin)>,
-}
-
-fn key_of(name: &str) -> Option<&'static str> {
-    SETTINGS.iter().map(|s| s.0).find(|k| *k == name)
-}
-
-/// `--max-local-read-bandwidth` for `max_local_read_bandwidth`.
-pub fn option_name(key: &str) -> String {
-    key.replace('_', "-")
-}
-
-/// `SLOTRING_MAX_LOCAL_READ_BANDWIDTH` for `max_local_read_bandwidth`.
-pub fn env_name(key: &str) -> String {
-    format!("SLOTRING_{}", key.to_uppercase())
-}
-
-impl Layers {
-    /// The defaults.
-    pub fn defaults() -> Self {
-        let mut l = Layers::default();
-        for (k, v, _) in SETTINGS {
-            l.values.insert(k, ((*v).to_owned(), Origin::Default));
-        }
-        l
-    }
-
-    /// Set `key` (a setting name) from `origin`. Panics on an unknown key
-    /// (callers pass names from [`SETTINGS`]).
-    pub fn set(&mut self, key: &str, value: impl Into<String>, origin: Origin) {
-        let k = key_of(key).unwrap_or_else(|| panic!("unknown setting {key}"));
-        self.values.insert(k, (value.into(), origin));
-    }
-
-    /// Overlay a TOML file.
-    pub fn file(&mut self, path: &Path) -> Result<(), ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
-            path: path.to_owned(),
-            message: e.to_string(),
-        })?;
-        self.toml_text(&text, path)
-    }
-
-    /// Overlay TOML text (read from `path`).
-    pub fn toml_text(&mut self, text: &str, path: &Path) -> Result<(), ConfigError> {
-        let table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigError::File {
-                path: path.to_owned(),
-                message: e.to_string(),
-            })?;
-        for (k, v) in table {
-            let Some(key) = key_of(&k) else {
-                return Err(ConfigError::UnknownKey {
-                    key: k,
-                    path: path.to_owned(),
-                    known: SETTINGS.iter().map(|s| s.0).collect::<Vec<_>>().join(", "),
-                });
-            };
-            let value = match v {
-                toml::Value::String(s) => s,
-                toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Float(f) => f.to_string(),
-                toml::Value::Boolean(b) => b.to_string(),
-                other => other.to_string(),
-            };
-            self.values
-                .insert(key, (value, Origin::File(path.to_owned())));
-        }
-        Ok(())
-    }
-
-    /// Overlay `SLOTRING_*` environment variables found by `get`.
-    pub fn env(&mut self, get: impl Fn(&str) -> Option<String>) {
-        for (k, _, _) in SETTINGS {
-            let var = env_name(k);
-            if let Some(v) = get(&var) {
-                self.values.insert(k, (v, Origin::Env(var)));
-            }
-        }
-    }
-
-    fn get(&self, key: &'static str) -> (&str, &Origin) {
-        let (v, o) = &self.values[key];
-        (v, o)
-    }
-
-    fn parse<T>(
-        &self,
-        key: &'static str,
-        expected: &'static str,
-        f: impl FnOnce(&str) -> Option<T>,
-    ) -> Result<T, ConfigError> {
-        let (v, origin) = self.get(key);
-        f(v.trim()).ok_or_else(|| ConfigError::Invalid {
-            option: option_name(key),
-            value: v.to_owned(),
-            origin: origin.clone(),
-            expected,
-        })
-    }
-
-    /// Parse every setting.
-    pub fn resolve(&self) -> Result<RunConfig, ConfigError> {
-        const BYTES_S: &str = "bytes per second, e.g. 64MiB or 50000000 (0 = unlimited)";
-        const DUR: &str = "a duration, e.g. 10s, 500ms, 1.5s";
-        let cfg = RunConfig {
-            max_local_read_bandwidth: self.parse(
-                "max_local_read_bandwidth",
-                BYTES_S,
-                parse_bytes,
-            )?,
-            max_local_write_bandwidth: self.parse(
-                "max_local_write_bandwidth",
-                BYTES_S,
-                parse_bytes,
-            )?,
-            concurrent_threads_soft_limit_num: self.parse(
-                "concurrent_threads_soft_limit_num",
-                "a non-negative integer",
-                |s| s.parse().ok(),
-            )?,
-            concurrent_threads_soft_limit_ratio_to_cores: self.parse(
-                "concurrent_threads_soft_limit_ratio_to_cores",
-                "a non-negative integer",
-                |s| s.parse().ok(),
-            )?,
-            concurrent_threads_scheduler: self.parse(
-                "concurrent_threads_scheduler",
-                "round_robin, fair_round_robin or max_min_fair",
-                |s| s.parse().ok(),
-            )?,
-            duration: self.parse(
-                "duration",
-                "a duration between 100ms and 1h, e.g. 10s",
-                |s| {
-                    parse_duration(s).filter(|d| {
-                        *d >= Duration::from_millis(100) && *d <= Duration::from_secs(3600)
-                    })
-                },
-            )?,
-            file_size: self.parse(
-                "file_size",
-                "a size between 1MiB and 1TiB, e.g. 1GiB",
-                |s| parse_bytes(s).filter(|b| (1 << 20..=1 << 40).contains(b)),
-            )?,
-            dir: self.parse("dir", "a directory", |s| {
-                Some((!s.is_empty()).then(|| PathBuf::from(s)))
-            })?,
-            keep: self.parse("keep", "true or false", parse_bool)?,
-            engine: self.parse("engine", "io_uring or fallback", |s| s.parse().ok())?,
-            scans: self.parse("scans", "an integer between 1 and 64", |s| {
-                s.parse().ok().filter(|n| (1..=64).contains(n))
-            })?,
-            scan_threads: self.parse("scan_threads", "an integer between 1 and 64", |s| {
-                s.parse().ok().filter(|n| (1..=64).contains(n))
-            })?,
-            short_query_interval: self.parse("short_query_interval", DUR, parse_duration)?,
-            read_size: self.parse("read_size", "a size between 4KiB and 16MiB", |s| {
-                parse_bytes(s).filter(|b| (4096..=16 << 20).contains(b))
-            })?,
-            cpu_work_per_read: self.parse("cpu_work_per_read", DUR, parse_duration)?,
-            slot_quantum: self.parse("slot_quantum", "a duration of at least 1ms", |s| {
-                parse_duration(s).filter(|d| *d >= Duration::from_millis(1))
-            })?,
-            lease_parking: self.parse("lease_parking", "true or false", parse_bool)?,
-            listen: self.parse("listen", "an address like 127.0.0.1:9464, or empty", |s| {
-                if s.is_empty() || s == "off" {
-                    Some(None)
-                } else {
-                    s.parse().ok().map(Some)
-                }
-            })?,
-            pin_dir: self.parse("pin_dir", "a directory", |s| {
-                (!s.is_empty()).then(|| PathBuf::from(s))
-            })?,
-            probes: self.parse("probes", "true or false", parse_bool)?,
-        };
-        Ok(cfg)
-    }
-}
-
-/// The resolved settings of `slotring run`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// The settings of `slotring run`, each declared once: option, variable,
+/// default, help and parser. Serialised into the report as resolved.
+#[derive(Debug, Clone, PartialEq, Serialize, Args)]
 pub struct RunConfig {
-    /// Block-device read rate, bytes/s (0 = unlimited).
+    /// bytes/s from the block device (0 = unlimited)
+    #[arg(long, env = "SLOTRING_MAX_LOCAL_READ_BANDWIDTH", value_name = "BYTES", default_value = "64MiB", value_parser = bandwidth)]
     pub max_local_read_bandwidth: u64,
-    /// Block-device write rate, bytes/s (0 = unlimited).
+    /// bytes/s written to the block device, e.g. creating the data file; writeback is paced to it (0 = unlimited)
+    #[arg(long, env = "SLOTRING_MAX_LOCAL_WRITE_BANDWIDTH", value_name = "BYTES", default_value = "64MiB", value_parser = bandwidth)]
     pub max_local_write_bandwidth: u64,
-    /// ClickHouse's `concurrent_threads_soft_limit_num`.
+    /// CPU slot budget (0 = no limit from this setting)
+    #[arg(long, env = "SLOTRING_CONCURRENT_THREADS_SOFT_LIMIT_NUM", value_name = "N", default_value = "0", value_parser = count)]
     pub concurrent_threads_soft_limit_num: u64,
-    /// ClickHouse's `concurrent_threads_soft_limit_ratio_to_cores`.
+    /// CPU slot budget per core (0 = no limit from this setting)
+    #[arg(long, env = "SLOTRING_CONCURRENT_THREADS_SOFT_LIMIT_RATIO_TO_CORES", value_name = "N", default_value = "2", value_parser = count)]
     pub concurrent_threads_soft_limit_ratio_to_cores: u64,
-    /// ClickHouse's `concurrent_threads_scheduler`.
+    /// round_robin | fair_round_robin | max_min_fair
+    #[arg(long, env = "SLOTRING_CONCURRENT_THREADS_SCHEDULER", value_name = "NAME", default_value = "max_min_fair", value_parser = scheduler)]
     #[serde(serialize_with = "ser_display")]
     pub concurrent_threads_scheduler: Scheduler,
-    /// How long the queries run.
+    /// how long the queries run
+    #[arg(long, env = "SLOTRING_DURATION", value_name = "DURATION", default_value = "10s", value_parser = run_duration)]
     #[serde(serialize_with = "ser_secs")]
     pub duration: Duration,
-    /// Data file size, bytes.
+    /// size of the data file
+    #[arg(long, env = "SLOTRING_FILE_SIZE", value_name = "BYTES", default_value = "1GiB", value_parser = file_size)]
     pub file_size: u64,
-    /// Directory for the data file.
-    pub dir: Option<PathBuf>,
-    /// Keep the data file.
+    /// directory for the data file (default: $TMPDIR or /var/tmp)
+    // `std::option::Option`, spelled out, is a plain value to clap: the
+    // empty default parses to `None`.
+    #[arg(long, env = "SLOTRING_DIR", value_name = "DIR", default_value = "", hide_default_value = true, value_parser = dir)]
+    pub dir: std::option::Option<PathBuf>,
+    /// keep the data file afterwards [setting keep, default false]
+    #[arg(long, env = "SLOTRING_KEEP", action = ArgAction::SetTrue, value_parser = boolean)]
     pub keep: bool,
-    /// IO engine.
+    /// io_uring | fallback
+    #[arg(long, env = "SLOTRING_ENGINE", value_name = "ENGINE", default_value = "io_uring", value_parser = engine)]
     pub engine: EngineKind,
-    /// Concurrent scan queries.
+    /// concurrent scan queries
+    #[arg(long, env = "SLOTRING_SCANS", value_name = "N", default_value = "3", value_parser = per_run)]
     pub scans: u32,
-    /// Threads per scan query.
+    /// threads (max slots) per scan query
+    #[arg(long, env = "SLOTRING_SCAN_THREADS", value_name = "N", default_value = "4", value_parser = per_run)]
     pub scan_threads: u32,
-    /// Interval between short queries (zero = none).
+    /// a short query starts this often (0 = none)
+    #[arg(long, env = "SLOTRING_SHORT_QUERY_INTERVAL", value_name = "DURATION", default_value = "100ms", value_parser = duration)]
     #[serde(serialize_with = "ser_secs")]
     pub short_query_interval: Duration,
-    /// Bytes per read.
+    /// bytes per read
+    #[arg(long, env = "SLOTRING_READ_SIZE", value_name = "BYTES", default_value = "256KiB", value_parser = read_size)]
     pub read_size: u64,
-    /// CPU work between reads.
+    /// CPU work between reads
+    #[arg(long, env = "SLOTRING_CPU_WORK_PER_READ", value_name = "DURATION", default_value = "500us", value_parser = duration)]
     #[serde(serialize_with = "ser_secs")]
     pub cpu_work_per_read: Duration,
-    /// Work done under one slot before giving it back.
+    /// a scan thread gives its slot back after this much work
+    #[arg(long, env = "SLOTRING_SLOT_QUANTUM", value_name = "DURATION", default_value = "50ms", value_parser = slot_quantum)]
     #[serde(serialize_with = "ser_secs")]
     pub slot_quantum: Duration,
-    /// Park CPU leases during IO waits.
+    /// Do not park the thread's CPU lease while it waits on a throttle [setting lease_parking, default true]
+    #[arg(long = "no-lease-parking", env = "SLOTRING_LEASE_PARKING", action = ArgAction::SetFalse, value_parser = boolean)]
     pub lease_parking: bool,
-    /// `/metrics` address.
-    pub listen: Option<SocketAddr>,
-    /// BPF pin directory.
+    /// serve /metrics here (empty = off)
+    // Spelled out for the same reason as `dir`: empty or `off` is `None`.
+    #[arg(long, env = "SLOTRING_LISTEN", value_name = "ADDR", default_value = "127.0.0.1:9464", value_parser = listen)]
+    pub listen: std::option::Option<SocketAddr>,
+    /// where the BPF maps are pinned
+    #[arg(long, env = "SLOTRING_PIN_DIR", value_name = "DIR", default_value = "/sys/fs/bpf/slotring", value_parser = pin_dir)]
     pub pin_dir: PathBuf,
-    /// Try the eBPF probes.
+    /// Do not attach the eBPF probes when permitted [setting probes, default true]
+    #[arg(long = "no-probes", env = "SLOTRING_PROBES", action = ArgAction::SetFalse, value_parser = boolean)]
     pub probes: bool,
 }
 
 impl Default for RunConfig {
     fn default() -> Self {
-        Layers::defaults()
-            .resolve()
-            .expect("the built-in defaults are valid")
+        let m = without_env(Self::declared())
+            .try_get_matches_from(["settings"])
+            .expect("the built-in defaults are valid");
+        Self::from_arg_matches(&m).expect("the built-in defaults are valid")
     }
 }
 
-fn ser_display<S: serde::Serializer, T: fmt::Display>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+impl RunConfig {
+    /// The settings as clap declares them (ids are the setting names).
+    fn declared() -> Command {
+        Self::augment_args(Command::new("settings"))
+    }
+
+    /// The setting names (TOML keys), in declaration order.
+    pub fn names() -> Vec<String> {
+        Self::declared()
+            .get_arguments()
+            .map(|a| a.get_id().to_string())
+            .collect()
+    }
+
+    /// Fill every setting that `given` (the matches `self` was made from)
+    /// did not take from the command line: from its `SLOTRING_` variable
+    /// (looked up with `env`) if set, else from `file` if it has the key.
+    /// Each value goes through the setting's own parser; the first bad one
+    /// (in declaration order) is the error.
+    pub fn overlay(
+        &mut self,
+        given: &ArgMatches,
+        env: &dyn Fn(&str) -> Option<String>,
+        file: Option<&ConfigFile>,
+    ) -> Result<(), ConfigError> {
+        let declared = Self::declared();
+        // One value at a time, as an option that takes it: no default, no
+        // variable, and the `--no-…` flags take `true`/`false`.
+        let parser = declared.clone().mut_args(|a| {
+            a.env(None::<&'static str>)
+                .default_value(None::<&'static str>)
+                .action(ArgAction::Set)
+        });
+        for arg in declared.get_arguments() {
+            let id = arg.get_id().as_str();
+            if given.value_source(id) == Some(ValueSource::CommandLine) {
+                continue;
+            }
+            let from_env = arg.get_env().and_then(|var| {
+                let var = var.to_string_lossy().into_owned();
+                env(&var).map(|v| (v, Origin::Env(var)))
+            });
+            let found = from_env.or_else(|| {
+                let f = file?;
+                Some((f.value(id)?, Origin::File(f.path.clone())))
+            });
+            if let Some((value, origin)) = found {
+                let long = arg.get_long().expect("every setting is an option");
+                let m = parser
+                    .clone()
+                    .try_get_matches_from(["settings".to_owned(), format!("--{long}={value}")])
+                    .map_err(|e| invalid(arg, value.clone(), origin, e))?;
+                self.update_from_arg_matches(&m)
+                    .expect("a setting's parser yields its field's type");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A TOML file of settings (keys = setting names), checked for unknown keys.
+#[derive(Debug, Clone)]
+pub struct ConfigFile {
+    path: PathBuf,
+    table: toml::Table,
+}
+
+impl ConfigFile {
+    /// Read and check `path`.
+    pub fn read(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Check `text`, read from `path`.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let table: toml::Table = text.parse().map_err(|source| ConfigError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        let names = RunConfig::names();
+        if let Some(key) = table.keys().find(|k| !names.contains(k)) {
+            return Err(ConfigError::UnknownKey {
+                key: key.clone(),
+                path: path.to_owned(),
+                known: names.join(", "),
+            });
+        }
+        Ok(Self {
+            path: path.to_owned(),
+            table,
+        })
+    }
+
+    /// The value of setting `key` as text, if the file sets it.
+    fn value(&self, key: &str) -> Option<String> {
+        Some(match self.table.get(key)? {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(f) => f.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            other => other.to_string(),
+        })
+    }
+}
+
+/// `cmd` with every environment variable turned off (in its subcommands
+/// too): [`RunConfig::overlay`] reads the environment, so that the file can
+/// sit below it and a bad value names its variable.
+pub fn without_env(cmd: Command) -> Command {
+    cmd.mut_args(|a| a.env(None::<&'static str>))
+        .mut_subcommands(without_env)
+}
+
+/// A command-line value that one of this module's parsers rejected, as a
+/// [`ConfigError`] naming the option, the value and the command line;
+/// every other clap error is handed back. `cmd` is the command that
+/// produced `err`.
+pub fn command_line_error(err: clap::Error, cmd: &Command) -> Result<ConfigError, clap::Error> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    let context = |kind| match err.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let (Some(rendered), Some(value)) = (
+        context(ContextKind::InvalidArg),
+        context(ContextKind::InvalidValue),
+    ) else {
+        return Err(err);
+    };
+    let expected = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<Expected>());
+    let mut built = cmd.clone();
+    built.build();
+    match (err.kind(), expected, find_arg(&built, &rendered)) {
+        (ErrorKind::ValueValidation, Some(expected), Some(arg)) => Ok(ConfigError::Invalid {
+            option: option_name(arg),
+            value,
+            origin: Origin::CommandLine,
+            source: Box::new(*expected),
+        }),
+        _ => Err(err),
+    }
+}
+
+/// The argument of `cmd` or its subcommands that clap renders as `rendered`
+/// (`--duration <DURATION>`) in its errors.
+fn find_arg<'a>(cmd: &'a Command, rendered: &str) -> Option<&'a Arg> {
+    cmd.get_arguments()
+        .find(|a| a.to_string() == rendered)
+        .or_else(|| cmd.get_subcommands().find_map(|s| find_arg(s, rendered)))
+}
+
+/// `max-local-read-bandwidth` for the setting `max_local_read_bandwidth`
+/// (also for the `--no-…` flags, whose values come from the other layers).
+fn option_name(arg: &Arg) -> String {
+    arg.get_id().as_str().replace('_', "-")
+}
+
+fn invalid(arg: &Arg, value: String, origin: Origin, err: clap::Error) -> ConfigError {
+    let source: Box<dyn std::error::Error + Send + Sync> =
+        match std::error::Error::source(&err).and_then(|s| s.downcast_ref::<Expected>()) {
+            Some(expected) => Box::new(*expected),
+            None => Box::new(err),
+        };
+    ConfigError::Invalid {
+        option: option_name(arg),
+        value,
+        origin,
+        source,
+    }
+}
+
+/// Serialise with `Display` (the scheduler as its setting's spelling).
+pub(crate) fn ser_display<S: serde::Serializer, T: fmt::Display>(
+    v: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     s.collect_str(v)
 }
 
 fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
+}
+
+// The value parsers. Each trims its input and says what it expected.
+
+const BYTES_S: Expected = Expected("bytes per second, e.g. 64MiB or 50000000 (0 = unlimited)");
+const DUR: Expected = Expected("a duration, e.g. 10s, 500ms, 1.5s");
+
+/// Bytes per second (0 = unlimited).
+pub fn bandwidth(s: &str) -> Result<u64, Expected> {
+    parse_bytes(s.trim()).ok_or(BYTES_S)
+}
+
+/// A non-negative integer.
+pub fn count(s: &str) -> Result<u64, Expected> {
+    s.trim()
+        .parse()
+        .map_err(|_| Expected("a non-negative integer"))
+}
+
+/// A scheduler name.
+pub fn scheduler(s: &str) -> Result<Scheduler, Expected> {
+    s.trim()
+        .parse()
+        .map_err(|_| Expected("round_robin, fair_round_robin or max_min_fair"))
+}
+
+/// How long the queries run: 100ms to 1h.
+pub fn run_duration(s: &str) -> Result<Duration, Expected> {
+    parse_duration(s.trim())
+        .filter(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_secs(3600))
+        .ok_or(Expected("a duration between 100ms and 1h, e.g. 10s"))
+}
+
+/// The data file's size: 1MiB to 1TiB.
+pub fn file_size(s: &str) -> Result<u64, Expected> {
+    parse_bytes(s.trim())
+        .filter(|b| (1 << 20..=1 << 40).contains(b))
+        .ok_or(Expected("a size between 1MiB and 1TiB, e.g. 1GiB"))
+}
+
+/// A directory, or nothing (empty).
+pub fn dir(s: &str) -> Result<Option<PathBuf>, Expected> {
+    let s = s.trim();
+    Ok((!s.is_empty()).then(|| PathBuf::from(s)))
+}
+
+/// `true`/`1`/`yes`/`on` or `false`/`0`/`no`/`off`.
+pub fn boolean(s: &str) -> Result<bool, Expected> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" => Ok(true),
+        "false" | "0" | "no" | "off" => Ok(false),
+        _ => Err(Expected("true or false")),
+    }
+}
+
+/// `io_uring` (or `uring`) or `fallback` (or `pread`).
+pub fn engine(s: &str) -> Result<EngineKind, Expected> {
+    match s.trim() {
+        "io_uring" | "uring" => Ok(EngineKind::IoUring),
+        "fallback" | "pread" => Ok(EngineKind::Fallback),
+        _ => Err(Expected("io_uring or fallback")),
+    }
+}
+
+/// Scans, or threads per scan: 1 to 64.
+pub fn per_run(s: &str) -> Result<u32, Expected> {
+    s.trim()
+        .parse()
+        .ok()
+        .filter(|n| (1..=64).contains(n))
+        .ok_or(Expected("an integer between 1 and 64"))
+}
+
+/// Any duration (0 allowed).
+pub fn duration(s: &str) -> Result<Duration, Expected> {
+    parse_duration(s.trim()).ok_or(DUR)
+}
+
+/// Bytes per read: 4KiB to 16MiB.
+pub fn read_size(s: &str) -> Result<u64, Expected> {
+    parse_bytes(s.trim())
+        .filter(|b| (4096..=16 << 20).contains(b))
+        .ok_or(Expected("a size between 4KiB and 16MiB"))
+}
+
+/// The slot quantum: at least 1ms.
+pub fn slot_quantum(s: &str) -> Result<Duration, Expected> {
+    parse_duration(s.trim())
+        .filter(|d| *d >= Duration::from_millis(1))
+        .ok_or(Expected("a duration of at least 1ms"))
+}
+
+/// A socket address, or nothing (empty or `off`).
+pub fn listen(s: &str) -> Result<Option<SocketAddr>, Expected> {
+    match s.trim() {
+        "" | "off" => Ok(None),
+        s => s
+            .parse()
+            .map(Some)
+            .map_err(|_| Expected("an address like 127.0.0.1:9464, or empty")),
+    }
+}
+
+/// A non-empty directory.
+pub fn pin_dir(s: &str) -> Result<PathBuf, Expected> {
+    let s = s.trim();
+    (!s.is_empty())
+        .then(|| PathBuf::from(s))
+        .ok_or(Expected("a directory"))
+}
+
+/// A socket address (`slotring exporter --listen`).
+pub fn socket_addr(s: &str) -> Result<SocketAddr, Expected> {
+    s.parse()
+        .map_err(|_| Expected("an address like 127.0.0.1:9464"))
+}
+
+/// A positive duration (`--interval`, `--window`).
+pub fn positive_duration(s: &str) -> Result<Duration, Expected> {
+    parse_duration(s)
+        .filter(|d| !d.is_zero())
+        .ok_or(Expected("a positive duration, e.g. 1s or 500ms"))
+}
+
+/// A ratio in [0, 1] (`verify --threshold`).
+pub fn ratio(s: &str) -> Result<f64, Expected> {
+    s.parse()
+        .ok()
+        .filter(|r| (0.0..=1.0).contains(r))
+        .ok_or(Expected("a ratio in [0, 1], e.g. 0.001"))
+}
+
+/// A path ending in `.svg` (`run --plot`).
+pub fn svg_path(s: &str) -> Result<PathBuf, Expected> {
+    let path = PathBuf::from(s);
+    if path.extension().is_some_and(|e| e == "svg") {
+        Ok(path)
+    } else {
+        Err(Expected(
+            "a path ending in .svg (convert the SVG for other formats)",
+        ))
+    }
 }
 
 /// `64MiB`, `1G`, `4096`, `1.5GB` → bytes. Binary (`KiB`, `K`) and decimal
@@ -471,17 +570,20 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
     Duration::try_from_secs_f64(secs).ok()
 }
 
-fn parse_bool(s: &str) -> Option<bool> {
-    match s.to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Some(true),
-        "false" | "0" | "no" | "off" => Some(false),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `run`'s settings parsed from `args` the way `main` parses them.
+    fn given(args: &[&str]) -> Result<(RunConfig, ArgMatches), ConfigError> {
+        let cmd = without_env(RunConfig::augment_args(Command::new("run")));
+        let argv = std::iter::once("run").chain(args.iter().copied());
+        let m = cmd
+            .clone()
+            .try_get_matches_from(argv)
+            .map_err(|e| command_line_error(e, &cmd).expect("a value error"))?;
+        Ok((RunConfig::from_arg_matches(&m).unwrap(), m))
+    }
 
     #[test]
     fn units() {
@@ -500,15 +602,14 @@ mod tests {
 
     #[test]
     fn layers_override_in_order() {
-        let mut l = Layers::defaults();
-        l.toml_text(
+        let file = ConfigFile::parse(
             "max_local_read_bandwidth = \"10MiB\"\nscans = 2\nduration = \"3s\"\n",
             Path::new("x.toml"),
         )
         .unwrap();
-        l.env(|v| (v == "SLOTRING_SCANS").then(|| "5".to_owned()));
-        l.set("duration", "4s", Origin::CommandLine);
-        let c = l.resolve().unwrap();
+        let env = |v: &str| (v == "SLOTRING_SCANS").then(|| "5".to_owned());
+        let (mut c, m) = given(&["--duration", "4s"]).unwrap();
+        c.overlay(&m, &env, Some(&file)).unwrap();
         assert_eq!(c.max_local_read_bandwidth, 10 << 20);
         assert_eq!(c.scans, 5);
         assert_eq!(c.duration, Duration::from_secs(4));
@@ -516,10 +617,27 @@ mod tests {
     }
 
     #[test]
+    fn flags_take_booleans_from_the_other_layers() {
+        let file =
+            ConfigFile::parse("keep = true\nprobes = \"off\"\n", Path::new("f.toml")).unwrap();
+        let env = |v: &str| (v == "SLOTRING_LEASE_PARKING").then(|| "no".to_owned());
+        let (mut c, m) = given(&[]).unwrap();
+        c.overlay(&m, &env, Some(&file)).unwrap();
+        assert!(c.keep && !c.lease_parking && !c.probes);
+        // The command line's `--no-probes` wins over the file's `probes = true`.
+        let file = ConfigFile::parse("probes = true\n", Path::new("f.toml")).unwrap();
+        let (mut c, m) = given(&["--no-probes", "--listen", ""]).unwrap();
+        c.overlay(&m, &|_| None, Some(&file)).unwrap();
+        assert!(!c.probes);
+        assert_eq!(c.listen, None);
+    }
+
+    #[test]
     fn errors_name_option_value_and_origin() {
-        let mut l = Layers::defaults();
-        l.env(|v| (v == "SLOTRING_CONCURRENT_THREADS_SCHEDULER").then(|| "fifo".to_owned()));
-        let e = l.resolve().unwrap_err().to_string();
+        let env =
+            |v: &str| (v == "SLOTRING_CONCURRENT_THREADS_SCHEDULER").then(|| "fifo".to_owned());
+        let (mut c, m) = given(&[]).unwrap();
+        let e = c.overlay(&m, &env, None).unwrap_err().to_string();
         assert!(e.contains("--concurrent-threads-scheduler"), "{e}");
         assert!(e.contains("`fifo`"), "{e}");
         assert!(
@@ -527,20 +645,31 @@ mod tests {
             "{e}"
         );
 
-        let mut l = Layers::defaults();
-        l.set("max_local_read_bandwidth", "lots", Origin::CommandLine);
-        let e = l.resolve().unwrap_err().to_string();
+        let e = given(&["--max-local-read-bandwidth", "lots"])
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("--max-local-read-bandwidth") && e.contains("`lots`"),
             "{e}"
         );
 
-        let mut l = Layers::defaults();
-        let e = l
-            .toml_text("max_read = 1\n", Path::new("c.toml"))
+        let e = ConfigFile::parse("max_read = 1\n", Path::new("c.toml"))
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown setting `max_read` in c.toml"), "{e}");
+    }
+
+    #[test]
+    fn an_error_prints_each_cause_once() {
+        let file = ConfigFile::parse("lease_parking = \"maybe\"\n", Path::new("f.toml")).unwrap();
+        let (mut c, m) = given(&[]).unwrap();
+        let e = c.overlay(&m, &|_| None, Some(&file)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid value `maybe` for --lease-parking (from config file f.toml)"
+        );
+        let cause = std::error::Error::source(&e).unwrap().to_string();
+        assert_eq!(cause, "expected true or false");
     }
 
     #[test]

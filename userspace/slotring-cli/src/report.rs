@@ -6,8 +6,10 @@
 use std::fmt;
 
 use serde::Serialize;
+use slotring::bpf::{AttachMode, Verdict};
+use slotring::slots::Scheduler;
 
-use crate::config::RunConfig;
+use crate::config::{RunConfig, ser_display};
 
 /// Jain's fairness index `(Σx)² / (n·Σx²)`: 1 when all are equal, `1/n` when
 /// one takes everything. 1 for an empty or all-zero input.
@@ -19,6 +21,82 @@ pub fn jain(xs: &[f64]) -> f64 {
         1.0
     } else {
         sum * sum / (n * sq)
+    }
+}
+
+/// The IO engine the queries used.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    /// io_uring.
+    IoUring,
+    /// The `pread` engine (asked for, or io_uring unavailable).
+    Pread,
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            Engine::IoUring => "io_uring",
+            Engine::Pread => "pread",
+        })
+    }
+}
+
+/// What a query did.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum QueryKind {
+    /// A scan: up to `scan_threads` slots, sequential reads.
+    Scan,
+    /// A short query: one slot, a few reads.
+    Short,
+}
+
+impl fmt::Display for QueryKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(match self {
+            QueryKind::Scan => "scan",
+            QueryKind::Short => "short",
+        })
+    }
+}
+
+/// The kernel's verdict, without its details (those are fields of
+/// [`KernelReport`]; the library's [`Verdict`] carries them inside).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelVerdict {
+    /// Every parked thread stayed within the threshold.
+    Pass,
+    /// Some parked thread used CPU beyond it.
+    Fail,
+    /// Nothing was verified (no probes, or nothing parked).
+    Unverified,
+}
+
+impl From<&Verdict> for KernelVerdict {
+    fn from(v: &Verdict) -> Self {
+        match v {
+            Verdict::Pass => KernelVerdict::Pass,
+            Verdict::Fail { .. } => KernelVerdict::Fail,
+            Verdict::Unverified { .. } => KernelVerdict::Unverified,
+        }
+    }
+}
+
+/// `tp_btf` or `raw_tp`.
+pub fn attach_mode_name(m: AttachMode) -> &'static str {
+    match m {
+        AttachMode::TpBtf => "tp_btf",
+        AttachMode::RawTp => "raw_tp",
+    }
+}
+
+fn ser_attach_mode<S: serde::Serializer>(m: &Option<AttachMode>, s: S) -> Result<S::Ok, S::Error> {
+    match m {
+        Some(m) => s.serialize_some(attach_mode_name(*m)),
+        None => s.serialize_none(),
     }
 }
 
@@ -89,7 +167,7 @@ pub struct ThrottlerReport {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct IoReport {
     /// `io_uring` or `pread`.
-    pub engine: String,
+    pub engine: Engine,
     /// Why io_uring was not used, if it was asked for and not used.
     pub fallback_reason: Option<String>,
     /// Reads.
@@ -118,7 +196,8 @@ pub struct SlotsReport {
     /// The budget.
     pub max_concurrency: u64,
     /// The scheduler.
-    pub scheduler: String,
+    #[serde(serialize_with = "ser_display")]
+    pub scheduler: Scheduler,
     /// Whether leases were parked during IO waits.
     pub lease_parking: bool,
     /// Slots granted unconditionally.
@@ -151,7 +230,7 @@ pub struct QueryReport {
     /// Query number.
     pub id: u32,
     /// `scan` or `short`.
-    pub kind: String,
+    pub kind: QueryKind,
     /// Start, seconds since the run started.
     pub start_s: f64,
     /// End, seconds since the run started.
@@ -204,11 +283,12 @@ pub struct KernelReport {
     /// Whether the eBPF probes were attached.
     pub attached: bool,
     /// `tp_btf` or `raw_tp` when attached.
-    pub attach_mode: Option<String>,
+    #[serde(serialize_with = "ser_attach_mode")]
+    pub attach_mode: Option<AttachMode>,
     /// Why not, when not attached.
     pub reason: Option<String>,
     /// `pass`, `fail` or `unverified`.
-    pub verdict: String,
+    pub verdict: KernelVerdict,
     /// Threshold: parked on-CPU time as a fraction of parked time.
     pub max_parked_cpu_ratio: f64,
     /// On-CPU time allowed per park for entering and leaving the wait, µs.
@@ -426,8 +506,12 @@ impl fmt::Display for Report {
             "  {:<6} {:>4} {:>8} {:>8} {:>10} {:>6} {:>9} {:>7}",
             "query", "id", "start", "end", "mean slots", "max", "MiB read", "slot wait"
         )?;
-        let shorts: Vec<&QueryReport> = self.queries.iter().filter(|q| q.kind == "short").collect();
-        for q in self.queries.iter().filter(|q| q.kind == "scan") {
+        let shorts: Vec<&QueryReport> = self
+            .queries
+            .iter()
+            .filter(|q| q.kind == QueryKind::Short)
+            .collect();
+        for q in self.queries.iter().filter(|q| q.kind == QueryKind::Scan) {
             writeln!(
                 f,
                 "  {:<6} {:>4} {:>7.2}s {:>7.2}s {:>10.2} {:>6} {:>9.1} {:>8.2}s",
@@ -459,7 +543,7 @@ impl fmt::Display for Report {
             writeln!(
                 f,
                 "  probes attached ({}); {} threads, {} parks, parked {:.2} s, on-CPU while parked {:.3} ms ({:.4}%, threshold {:.3}% + {:.0} us per park), run-queue while parked {:.3} ms",
-                k.attach_mode.as_deref().unwrap_or("?"),
+                k.attach_mode.map_or("?", attach_mode_name),
                 k.threads,
                 k.parks,
                 k.parked_s,
@@ -500,9 +584,11 @@ impl fmt::Display for Report {
                 t.parked_runq_us
             )?;
         }
-        let verdict = match k.verdict.as_str() {
-            "pass" => "PASS: every parked thread stayed within the threshold".to_owned(),
-            "fail" => format!(
+        let verdict = match k.verdict {
+            KernelVerdict::Pass => {
+                "PASS: every parked thread stayed within the threshold".to_owned()
+            }
+            KernelVerdict::Fail => format!(
                 "FAIL: {} of {} threads used more CPU while parked than the threshold (tids {:?}{})",
                 k.failing_tids.len(),
                 k.threads,
@@ -513,7 +599,7 @@ impl fmt::Display for Report {
                     ""
                 }
             ),
-            _ => format!(
+            KernelVerdict::Unverified => format!(
                 "UNVERIFIED ({})",
                 k.reason.as_deref().unwrap_or("no probes")
             ),
@@ -543,5 +629,38 @@ mod tests {
         assert!((jain(&[3.0, 2.0, 2.0]) - 49.0 / 51.0).abs() < 1e-12);
         assert_eq!(jain(&[]), 1.0);
         assert_eq!(jain(&[0.0, 0.0]), 1.0);
+    }
+
+    #[test]
+    fn enums_serialise_as_their_names() {
+        fn s<T: Serialize>(v: T) -> String {
+            serde_json::to_string(&v).unwrap()
+        }
+        assert_eq!(s(Engine::IoUring), "\"io_uring\"");
+        assert_eq!(s(Engine::Pread), "\"pread\"");
+        assert_eq!(s(QueryKind::Scan), "\"scan\"");
+        assert_eq!(s(QueryKind::Short), "\"short\"");
+        assert_eq!(s(KernelVerdict::Pass), "\"pass\"");
+        assert_eq!(s(KernelVerdict::Fail), "\"fail\"");
+        assert_eq!(s(KernelVerdict::Unverified), "\"unverified\"");
+        assert_eq!(format!("{:<6}|", QueryKind::Scan), "scan  |");
+        #[derive(Serialize)]
+        struct Fields {
+            #[serde(serialize_with = "ser_attach_mode")]
+            mode: Option<AttachMode>,
+            #[serde(serialize_with = "ser_attach_mode")]
+            none: Option<AttachMode>,
+            #[serde(serialize_with = "ser_display")]
+            scheduler: Scheduler,
+        }
+        let f = Fields {
+            mode: Some(AttachMode::RawTp),
+            none: None,
+            scheduler: Scheduler::FairRoundRobin,
+        };
+        assert_eq!(
+            s(f),
+            r#"{"mode":"raw_tp","none":null,"scheduler":"fair_round_robin"}"#
+        );
     }
 }

@@ -1,6 +1,7 @@
-//! Every fault of the issue, injected through the syscall seam (on top of
-//! the real kernel), plus the real ones we can provoke (CQ overflow,
-//! cancellation of a pending throttled read).
+//! Every fault the engine must survive (`EINTR`, `EAGAIN`, short reads, a
+//! full SQ, `EBUSY`, CQ overflow, `ECANCELED`, setup `EPERM`), injected
+//! through the syscall seam on top of the real kernel, plus the real ones we
+//! can provoke (CQ overflow, cancellation of a pending throttled read).
 
 mod common;
 

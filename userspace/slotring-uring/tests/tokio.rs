@@ -113,8 +113,8 @@ fn async_hit_miss_and_throttled_lower_bound() {
 }
 
 /// Random reads (hot, cold, throttled) with random cancellations by dropping
-/// futures at random points. The issue asks for 100,000 reads on each front
-/// end; this runs all 100,000 (about 8 s). A buffer
+/// futures at random points: 100,000 reads on each front end (about 8 s),
+/// enough for every drop point to land many times. A buffer
 /// freed early would be reused by the allocator and the kernel's late write
 /// would corrupt a later read's bytes, which the checks below would see.
 #[test]

@@ -1,0 +1,199 @@
+//! The report, from what a finished run leaves: the live state, the
+//! sampler's series and the kernel's verdict.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use slotring::bpf::{ProbeStatus, SlotringBpf, Verdict, VerifyConfig};
+use slotring::throttle::Throttler;
+
+use super::counters::{io_report, slots_report, throttle_report};
+use super::lock;
+use super::sampler::Sampled;
+use super::workers::Live;
+use crate::report::{
+    DataFile, FailingThread, FairnessReport, KernelReport, KernelVerdict, ProcessReport, QueryKind,
+    QueryReport, Report, jain,
+};
+
+/// Everything the report is made of, once every query thread is done.
+pub(super) struct Finished<'a> {
+    /// The run's state.
+    pub live: &'a Live,
+    /// Wall time of the query phase, seconds.
+    pub elapsed_s: f64,
+    /// Whether Ctrl-C stopped it.
+    pub interrupted: bool,
+    /// The data file.
+    pub data_file: DataFile,
+    /// The read throttler.
+    pub read: &'a Throttler,
+    /// The write throttler (used while creating the data file).
+    pub write: &'a Throttler,
+    /// What the sampler gathered.
+    pub sampled: Sampled,
+    /// The kernel's verdict.
+    pub kernel: KernelReport,
+    /// CPU seconds of the process during the queries.
+    pub cpu_s: f64,
+    /// Where `/metrics` was served.
+    pub metrics_addr: Option<String>,
+}
+
+/// Assemble the report.
+pub(super) fn report(f: Finished<'_>) -> Report {
+    let live = f.live;
+    let cfg = &live.cfg;
+    let queries = query_reports(live);
+    let scan_means: Vec<f64> = queries
+        .iter()
+        .filter(|q| q.kind == QueryKind::Scan)
+        .map(|q| q.mean_slots)
+        .collect();
+    let s = &f.sampled;
+    Report {
+        config: cfg.clone(),
+        elapsed_s: f.elapsed_s,
+        interrupted: f.interrupted,
+        throttlers: vec![
+            throttle_report(f.read, f.elapsed_s),
+            throttle_report(f.write, f.data_file.create_s),
+        ],
+        data_file: f.data_file,
+        io: io_report(&live.engines.total(), live.engines.choice()),
+        slots: slots_report(&live.cc.counters(), cfg),
+        fairness: FairnessReport {
+            jain_scans: jain(&scan_means),
+            jain_instant_mean: if s.jain_samples == 0 {
+                1.0
+            } else {
+                s.jain_sum / s.jain_samples as f64
+            },
+            samples: s.jain_samples,
+        },
+        queries,
+        kernel: f.kernel,
+        process: ProcessReport {
+            peak_threads: s.peak_threads,
+            query_threads: live.query_threads.load(Ordering::Relaxed),
+            cpu_s: f.cpu_s,
+        },
+        metrics_addr: f.metrics_addr,
+        timeline: f.sampled.timeline,
+    }
+}
+
+/// One line per query, times relative to the start of the queries.
+fn query_reports(live: &Live) -> Vec<QueryReport> {
+    lock(&live.queries)
+        .iter()
+        .map(|q| {
+            let end = lock(&q.end).unwrap_or_else(Instant::now);
+            let samples = q.samples.load(Ordering::Relaxed);
+            QueryReport {
+                id: q.id,
+                kind: q.kind,
+                start_s: q.start.duration_since(live.start).as_secs_f64(),
+                end_s: end.duration_since(live.start).as_secs_f64(),
+                reads: q.reads.load(Ordering::Relaxed),
+                bytes: q.bytes.load(Ordering::Relaxed),
+                mean_slots: q.held_sum.load(Ordering::Relaxed) as f64 / samples.max(1) as f64,
+                max_slots: q.max_held.load(Ordering::Relaxed),
+                slot_wait_s: q.slot_wait_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            }
+        })
+        .collect()
+}
+
+/// The kernel's verdict on the run's parked threads (before the probes
+/// are dropped). `probes_wanted` says why there are none when `bpf` is
+/// `None`.
+pub(super) fn kernel_report(bpf: Option<&SlotringBpf>, probes_wanted: bool) -> KernelReport {
+    let rule = VerifyConfig::default();
+    let mut r = KernelReport {
+        attached: false,
+        attach_mode: None,
+        reason: None,
+        verdict: KernelVerdict::Unverified,
+        max_parked_cpu_ratio: rule.max_parked_cpu_ratio,
+        per_park_allowance_us: rule.per_park_allowance_ns as f64 / 1e3,
+        threads: 0,
+        failing_tids: vec![],
+        failing: vec![],
+        parks: 0,
+        parked_s: 0.0,
+        parked_oncpu_s: 0.0,
+        parked_oncpu_pct: 0.0,
+        parked_runq_s: 0.0,
+        unpark_wake_avg_us: 0.0,
+        unpark_wake_max_us: 0.0,
+        missed_events: 0,
+        parked_oncpu_us_per_park: 0.0,
+    };
+    let Some(bpf) = bpf else {
+        r.reason = Some(if probes_wanted {
+            "probes could not be loaded".into()
+        } else {
+            "probes disabled (probes = false)".into()
+        });
+        return r;
+    };
+    match bpf.status() {
+        ProbeStatus::Attached(m) => {
+            r.attached = true;
+            r.attach_mode = Some(m);
+        }
+        ProbeStatus::Degraded(e) => r.reason = Some(e.to_string()),
+    }
+    let tids = bpf.threads();
+    r.threads = tids.len() as u64;
+    match bpf.verify(&tids, rule) {
+        Ok(v) => {
+            let t = &v.total;
+            r.parks = t.parks;
+            r.parked_s = t.parked_ns as f64 / 1e9;
+            r.parked_oncpu_s = t.parked_on_cpu_ns as f64 / 1e9;
+            r.parked_oncpu_pct = t.parked_cpu_ratio() * 100.0;
+            r.parked_runq_s = t.parked_runq_ns as f64 / 1e9;
+            r.unpark_wake_avg_us =
+                t.unpark_lat_ns.checked_div(t.unpark_wakeups).unwrap_or(0) as f64 / 1e3;
+            r.unpark_wake_max_us = t.unpark_lat_max_ns as f64 / 1e3;
+            r.missed_events = t.missed_events;
+            r.verdict = KernelVerdict::from(&v.verdict);
+            match v.verdict {
+                Verdict::Pass => {}
+                Verdict::Fail { tids } => {
+                    r.failing = v
+                        .threads
+                        .iter()
+                        .filter(|t| !t.pass)
+                        .take(8)
+                        .map(|t| FailingThread {
+                            tid: t.tid,
+                            parks: t.parks,
+                            parked_ms: t.parked_ns as f64 / 1e6,
+                            parked_oncpu_us: t.parked_on_cpu_ns as f64 / 1e3,
+                            parked_runq_us: t.parked_runq_ns as f64 / 1e3,
+                        })
+                        .collect();
+                    r.failing_tids = tids;
+                }
+                Verdict::Unverified { reason } => {
+                    r.reason.get_or_insert(reason);
+                }
+            }
+        }
+        Err(e) => r.reason = Some(format!("verification failed: {e}")),
+    }
+    if r.attached && r.parks == 0 {
+        // Nothing parked: nothing was verified (e.g. lease parking off).
+        r.verdict = KernelVerdict::Unverified;
+        r.reason = Some("no CPU lease was parked during the run".into());
+    }
+    r.parked_oncpu_us_per_park = if r.parks == 0 {
+        0.0
+    } else {
+        r.parked_oncpu_s * 1e6 / r.parks as f64
+    };
+    r
+}

@@ -1,0 +1,244 @@
+//! `slotring run`: the embedded default workload.
+//!
+//! 1. Create the data file (default 1 GiB) with the IO engine, charged to
+//!    the `local_write` throttler (64 MiB/s by default; the engine paces the
+//!    writeback to it), `fsync` it and drop it from the page cache, so that
+//!    scans read from the disk; `disk` watches what the block device wrote
+//!    meanwhile.
+//! 2. Start `scans` scan queries, each an allocation of up to
+//!    `scan_threads` CPU slots with one thread per slot. A thread acquires a
+//!    slot, makes it its current CPU lease, and for one `slot_quantum` reads
+//!    the file sequentially (`read_size` per read) through the engine,
+//!    charged to the block-device `local_read` throttler, doing
+//!    `cpu_work_per_read` of CPU work between reads; then it gives the slot
+//!    back and asks for one more (`set_max(+1)`), so the scheduler decides
+//!    who runs next. While a read waits (throttle timeout SQE and the IO),
+//!    the engine parks the lease: its slot stops counting and may go to a
+//!    waiter.
+//! 3. Every `short_query_interval` a short query starts: one slot, four
+//!    64 KiB reads of the file's first 16 MiB (soon page-cache hits, which
+//!    the block-device throttler does not charge) with CPU work between.
+//! 4. A sampler records rates and slots per query every 100 ms, publishes
+//!    the counters to the BPF maps and to `/metrics`, and drives the
+//!    progress bars. At the end the kernel verifies the parked threads.
+//!
+//! Who owns what: `setup` makes everything the run needs before a query
+//! starts (data directory and file, throttlers, CPU slots, probes);
+//! `engines` opens one IO engine per query thread and sums their
+//! counters; `workers` holds the state the query threads share and runs
+//! them; `sampler` is the only reader of their statistics while they run
+//! (the timeline, `/metrics`, the BPF maps, `progress`); `assemble` turns
+//! what is left at the end into the [`Report`]; `counters` is where
+//! individual counter fields are listed.
+
+mod assemble;
+mod counters;
+mod disk;
+mod engines;
+mod progress;
+mod sampler;
+mod setup;
+mod workers;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use slotring::slots::SlotsError;
+use slotring::throttle::{ThrottleError, ThrottlePtr};
+use slotring::uring::UringError;
+
+use crate::config::RunConfig;
+use crate::report::{DataFile, DiskWrites, Report};
+
+pub use setup::default_dir;
+pub use workers::cpu_work;
+
+/// What can stop `slotring run`.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The data directory is unusable.
+    #[error("data directory {path}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Creating, syncing or evicting the data file failed.
+    #[error("data file {path}: {op}")]
+    DataFile {
+        /// The file.
+        path: PathBuf,
+        /// What failed (`create`, `fsync`, …).
+        op: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Writing the data file failed.
+    #[error("data file {path}: write at {offset}")]
+    DataFileWrite {
+        /// The file.
+        path: PathBuf,
+        /// Where.
+        offset: u64,
+        /// The engine's error.
+        source: UringError,
+    },
+    /// Ctrl-C while the data file was being created.
+    #[error("data file {path}: interrupted while creating")]
+    Interrupted {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A throttler setting was refused.
+    #[error("configuring throttler {name}")]
+    Throttler {
+        /// The throttler.
+        name: &'static str,
+        /// Why.
+        source: ThrottleError,
+    },
+    /// A scan query's slot allocation was refused.
+    #[error("allocating the CPU slots of scan {scan}")]
+    Slots {
+        /// The scan (1-based).
+        scan: u32,
+        /// Why.
+        source: SlotsError,
+    },
+    /// A query thread could not be started.
+    #[error("spawning thread {name}")]
+    Spawn {
+        /// The thread's name.
+        name: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Period of the sampler (timeline, metrics, BPF publication, progress).
+pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
+
+/// Options that are not settings: how the run is presented and stopped.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Show progress bars on stderr (hidden anyway when it is not a terminal).
+    pub progress: bool,
+    /// Set to stop early (Ctrl-C); the report is still produced.
+    pub stop: Arc<AtomicBool>,
+    /// Allow `/metrics` on a non-loopback address.
+    pub allow_remote: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Run the workload and build the report. Blocks for about `cfg.duration`
+/// (plus creating the data file).
+pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
+    let stop = opts.stop.clone();
+    let data = setup::DataDir::prepare(cfg)?;
+    let (read, write) = setup::throttlers(cfg)?;
+    let cc = setup::slots(cfg);
+    // Kernel probes before any query thread reports a lease state.
+    let bpf = setup::probes(cfg);
+    let mut progress = progress::Progress::new(opts.progress);
+    let engines = engines::Engines::new(cfg.engine);
+
+    // 1. The data file, and what the disk wrote meanwhile (the neighbours'
+    // share sampled just before).
+    let stat = data.path.parent().and_then(disk::block_stat);
+    let neighbours = stat.as_ref().map(|s| {
+        let noise = disk::DiskPeak::start(s.clone(), 0);
+        std::thread::sleep(Duration::from_millis(400));
+        noise.finish().0
+    });
+    let write_burst_bytes =
+        (setup::WRITE_BURST.as_secs_f64() * cfg.max_local_write_bandwidth as f64) as u64;
+    let disk_sampler = stat
+        .as_ref()
+        .map(|s| disk::DiskPeak::start(s.clone(), write_burst_bytes));
+    let t_create = Instant::now();
+    let write_ptr: ThrottlePtr = write.clone();
+    let file = setup::create_data_file(
+        cfg,
+        &data.path,
+        &write_ptr,
+        &engines,
+        &stop,
+        &progress.data_file(cfg.file_size),
+    )?;
+    let create_s = t_create.elapsed().as_secs_f64();
+    let disk_writes = match (stat, disk_sampler, neighbours) {
+        (Some(stat), Some(sampler), Some(neighbours)) => {
+            let (peak, median) = sampler.finish();
+            Some(DiskWrites {
+                stat: stat.display().to_string(),
+                peak_bytes_per_s: peak,
+                median_bytes_per_s: median,
+                neighbours_peak_bytes_per_s: neighbours,
+            })
+        }
+        _ => None,
+    };
+
+    // 2. Queries, watched by the sampler, which serves /metrics meanwhile.
+    let start = Instant::now();
+    let cpu0 = setup::process_cpu_s();
+    let live = Arc::new(workers::Live::new(
+        cfg.clone(),
+        start,
+        stop.clone(),
+        file,
+        read.clone(),
+        cc.clone(),
+        engines,
+    ));
+    let published = sampler::Published::default();
+    let server = cfg
+        .listen
+        .and_then(|addr| published.serve(addr, opts.allow_remote));
+    progress.start_queries(cfg.duration);
+    let workers = workers::start(&live, &mut progress)?;
+
+    // 3. The sampler runs on this thread until every query thread is done.
+    let mut sampler = sampler::Sampler::new(&live, &write, bpf.as_ref(), &progress, published);
+    sampler.run_until_stopping();
+    workers.join();
+    let elapsed = start.elapsed().as_secs_f64();
+    let cpu_s = setup::process_cpu_s() - cpu0;
+    sampler.sample();
+    let sampled = sampler.finish();
+    progress.finish();
+    let metrics_addr = server.as_ref().map(|s| s.addr().to_string());
+    drop(server);
+
+    // 4. Report.
+    let kernel = assemble::kernel_report(bpf.as_ref(), cfg.probes);
+    drop(bpf); // detaches the probes and removes the pins
+    let data_file = DataFile {
+        path: data.path.display().to_string(),
+        size_bytes: cfg.file_size,
+        filesystem: data.filesystem.name.clone(),
+        create_s,
+        kept: cfg.keep,
+        disk_writes,
+    };
+    let interrupted = stop.load(Ordering::Relaxed);
+    drop(data); // removes the data file unless kept
+    Ok(assemble::report(assemble::Finished {
+        live: &live,
+        elapsed_s: elapsed,
+        interrupted,
+        data_file,
+        read: &read,
+        write: &write,
+        sampled,
+        kernel,
+        cpu_s,
+        metrics_addr,
+    }))
+}

@@ -1,0 +1,242 @@
+//! The sampler: every [`SAMPLE_PERIOD`](super::SAMPLE_PERIOD) it reads the
+//! live state once and feeds the report's timeline and fairness, the
+//! `/metrics` snapshot, the BPF maps and the progress bars.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use slotring::bpf::{SlotringBpf, ThrottleStats};
+use slotring::metrics::SlotringCollector;
+use slotring::pinned::{self, ThreadState};
+use slotring::snapshot::{KernelSnapshot, NamedThrottler, Snapshot};
+use slotring::throttle::Throttler;
+
+use super::progress::Progress;
+use super::workers::Live;
+use super::{SAMPLE_PERIOD, lock};
+use crate::http::{MetricsServer, render_registry};
+use crate::report::{QueryKind, Timeline, jain};
+
+/// The latest snapshot, which `/metrics` renders.
+#[derive(Default, Clone)]
+pub(super) struct Published(Arc<Mutex<Snapshot>>);
+
+impl Published {
+    /// Serve `/metrics` from this snapshot at `addr`; says where, or why
+    /// not (the run goes on without it).
+    pub fn serve(&self, addr: SocketAddr, allow_remote: bool) -> Option<MetricsServer> {
+        let s = self.0.clone();
+        let registry = prometheus::Registry::new();
+        registry
+            .register(Box::new(SlotringCollector::new(move || lock(&s).clone())))
+            .expect("a fresh registry has no clashing names");
+        match MetricsServer::start(addr, allow_remote, render_registry(registry)) {
+            Ok(srv) => {
+                // The bound address (`--listen 127.0.0.1:0` picks a port).
+                eprintln!(
+                    "slotring: serving metrics at http://{}/metrics while running",
+                    srv.addr()
+                );
+                Some(srv)
+            }
+            Err(e) => {
+                eprintln!("slotring: not serving /metrics: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// What the sampler leaves for the report.
+pub(super) struct Sampled {
+    /// The sampled series.
+    pub timeline: Timeline,
+    /// Sum of Jain's index of the live scans' slots, over `jain_samples`
+    /// samples (taken while at least two scans ran).
+    pub jain_sum: f64,
+    /// Samples in `jain_sum`.
+    pub jain_samples: u64,
+    /// Most threads of this process at a sample.
+    pub peak_threads: u64,
+}
+
+/// Reads the run's live state; the only reader while the queries run.
+pub(super) struct Sampler<'a> {
+    live: &'a Live,
+    write: &'a Throttler,
+    bpf: Option<&'a SlotringBpf>,
+    progress: &'a Progress,
+    published: Published,
+    out: Sampled,
+    last_t: f64,
+    last_amount: u64,
+    last_cache: u64,
+}
+
+impl<'a> Sampler<'a> {
+    /// A sampler of `live` (and of the `write` throttler), publishing to
+    /// `bpf`'s maps and `published`, showing on `progress`. Rates of the
+    /// first sample are from now.
+    pub fn new(
+        live: &'a Live,
+        write: &'a Throttler,
+        bpf: Option<&'a SlotringBpf>,
+        progress: &'a Progress,
+        published: Published,
+    ) -> Self {
+        Self {
+            live,
+            write,
+            bpf,
+            progress,
+            published,
+            out: Sampled {
+                timeline: Timeline {
+                    scan_slots: vec![Vec::new(); live.cfg.scans as usize],
+                    ..Timeline::default()
+                },
+                jain_sum: 0.0,
+                jain_samples: 0,
+                peak_threads: 0,
+            },
+            last_t: 0.0,
+            last_amount: live.read.counters().amount,
+            last_cache: live.engines.total().page_cache_bytes,
+        }
+    }
+
+    /// Sample every period until the run stops (the sample that sees it
+    /// stopping included).
+    pub fn run_until_stopping(&mut self) {
+        loop {
+            std::thread::sleep(SAMPLE_PERIOD);
+            self.sample();
+            if self.live.stopping() {
+                break;
+            }
+        }
+    }
+
+    /// Take one sample and publish it.
+    pub fn sample(&mut self) {
+        let live = self.live;
+        let timeline = &mut self.out.timeline;
+        let t = live.start.elapsed().as_secs_f64();
+        let slots = live.cc.counters();
+        let uring = live.engines.total();
+        let rc = live.read.counters();
+        let dt = (t - self.last_t).max(1e-6);
+        let disk_rate = (rc.amount - self.last_amount) as f64 / dt;
+        timeline.t_s.push(t);
+        timeline.disk_bytes_per_s.push(disk_rate);
+        timeline
+            .page_cache_bytes_per_s
+            .push(uring.page_cache_bytes.saturating_sub(self.last_cache) as f64 / dt);
+        self.last_t = t;
+        self.last_amount = rc.amount;
+        self.last_cache = uring.page_cache_bytes;
+        let queries = lock(&live.queries).clone();
+        let mut short = 0;
+        let mut scan_live = Vec::new();
+        let mut si = 0;
+        for q in &queries {
+            let held = q.held.load(Ordering::Relaxed);
+            if q.live() {
+                q.held_sum.fetch_add(held, Ordering::Relaxed);
+                q.samples.fetch_add(1, Ordering::Relaxed);
+                q.max_held.fetch_max(held, Ordering::Relaxed);
+            }
+            match q.kind {
+                QueryKind::Scan => {
+                    timeline.scan_slots[si].push(held);
+                    si += 1;
+                    if q.live() {
+                        scan_live.push(held as f64);
+                    }
+                }
+                QueryKind::Short => {
+                    if q.live() {
+                        short += held;
+                    }
+                }
+            }
+        }
+        if scan_live.len() >= 2 && !live.stopping() {
+            self.out.jain_sum += jain(&scan_live);
+            self.out.jain_samples += 1;
+        }
+        timeline.short_slots.push(short);
+        timeline.slots_in_use.push(slots.cur_concurrency);
+        timeline.leases_parked.push(slots.parked);
+        self.out.peak_threads = self.out.peak_threads.max(process_threads());
+        // Publish: BPF maps and /metrics.
+        let throttlers = vec![
+            NamedThrottler {
+                name: "local_read".into(),
+                counters: rc,
+            },
+            NamedThrottler {
+                name: "local_write".into(),
+                counters: self.write.counters(),
+            },
+        ];
+        if let Some(b) = self.bpf {
+            for (i, th) in throttlers.iter().enumerate() {
+                let _ = b.publish_throttle(i as u32, &ThrottleStats::new(&th.name, &th.counters));
+            }
+            b.publish_slots(&slots);
+            b.publish_uring(&uring);
+        }
+        *lock(&self.published.0) = Snapshot {
+            throttlers,
+            slots,
+            uring,
+            kernel: self.bpf.and_then(kernel_snapshot),
+        };
+        self.progress.update(t, disk_rate, &slots);
+    }
+
+    /// What the samples add up to.
+    pub fn finish(self) -> Sampled {
+        self.out
+    }
+}
+
+/// Threads of this process now.
+fn process_threads() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The kernel's view of this process's registered threads, when the probes
+/// are attached.
+fn kernel_snapshot(bpf: &SlotringBpf) -> Option<KernelSnapshot> {
+    if !bpf.is_attached() {
+        return None;
+    }
+    let now = pinned::monotonic_ns();
+    let threads: Vec<ThreadState> = bpf
+        .threads()
+        .into_iter()
+        .filter_map(|tid| {
+            Some(ThreadState {
+                tid,
+                lease: bpf.lease_slot(tid).ok()?,
+                acct: bpf.thread_acct(tid).ok()?,
+            })
+        })
+        .collect();
+    Some(pinned::kernel_from_threads(
+        &threads,
+        now,
+        bpf.hist_park_cpu().slots,
+        bpf.hist_unpark_rq().slots,
+    ))
+}
