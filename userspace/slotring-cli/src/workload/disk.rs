@@ -95,4 +95,3 @@ impl DiskPeak {
         (peak, median)
     }
 }
-
