@@ -64,6 +64,11 @@ pub(crate) const PACKAGES: &[Package] = &[
     ),
     pkg("fio", Some("fio"), "the io_uring benchmark baseline"),
     pkg(
+        "e2fsprogs",
+        Some("mkfs.ext4"),
+        "the write tests' full loop filesystem (ENOSPC) and the write bench's device",
+    ),
+    pkg(
         "prometheus",
         Some("promtool"),
         "promtool checks and the scrape integration test",

@@ -12,6 +12,7 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("uring", ("slotring-uring", "uring")),
     ("shared", ("slotring-uring", "shared")),
     ("service", ("slotring-uring", "service")),
+    ("write", ("slotring-uring", "write")),
     ("bpf", ("slotring-bpf", "bpf")),
     ("e2e", ("slotring-cli", "e2e")),
     ("adaptive", ("slotring-cli", "adaptive")),

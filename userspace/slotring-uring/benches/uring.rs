@@ -249,6 +249,7 @@ fn hot(report: &mut Report, f: &Arc<UringFile>) {
     let off_policy = Policy {
         detect_page_cache: false,
         disk_rate_guard: true,
+        pace_writeback: true,
     };
     let mut off = UringEngine::new(&RingConfig {
         policy: off_policy,
@@ -366,10 +367,12 @@ fn misses(report: &mut Report, f: &Arc<UringFile>) {
     let on = Policy {
         detect_page_cache: true,
         disk_rate_guard: false,
+        pace_writeback: true,
     };
     let off = Policy {
         detect_page_cache: false,
         disk_rate_guard: false,
+        pace_writeback: true,
     };
     let n = 256;
     let d1 = cold_syscalls("uring", on, 1, f, n) - cold_syscalls("uring", off, 1, f, n);
@@ -723,6 +726,7 @@ fn disk(report: &mut Report, f: &Arc<UringFile>) {
     let naive_policy = Policy {
         detect_page_cache: true,
         disk_rate_guard: false,
+        pace_writeback: true,
     };
     let (guarded, guarded_dev) = disk_peak(f, &stat, Policy::default(), limit, 2.5);
     let (naive, naive_dev) = disk_peak(f, &stat, naive_policy, limit, 2.5);
