@@ -157,6 +157,10 @@ struct uring_stats {
 	__u64 short_reads;
 	__u64 sq_full;
 	__u64 cq_overflows;
+	__u64 paced_bytes;
+	__u64 writeback_submissions;
+	__u64 writeback_errors;
+	__u64 dirty_high_water_bytes;
 };
 
 /*

@@ -64,6 +64,11 @@ pub(crate) const PACKAGES: &[Package] = &[
     ),
     pkg("fio", Some("fio"), "the io_uring benchmark baseline"),
     pkg(
+        "e2fsprogs",
+        Some("mkfs.ext4"),
+        "the write tests' full loop filesystem (ENOSPC) and the write bench's device",
+    ),
+    pkg(
         "prometheus",
         Some("promtool"),
         "promtool checks and the scrape integration test",
@@ -81,7 +86,7 @@ pub(crate) const PACKAGES: &[Package] = &[
     pkg(
         "wrk",
         Some("wrk"),
-        "HTTP load on /metrics in the benchmarks",
+        "HTTP load on /metrics in the benchmarks; the object server test (fails without it under CI=true) and `bench service`",
     ),
     pkg(
         "stress-ng",

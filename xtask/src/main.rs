@@ -36,7 +36,7 @@ enum Cmd {
     /// Check the Debian packages the checks need; as root, install the
     /// missing ones (the first step of `ci`).
     Deps,
-    /// Run a benchmark suite: `throttle`, `fair`, `slots`, `adaptive`, `uring`, `bpf`, `e2e`.
+    /// Run a benchmark suite (the table in `suites.rs`; an unknown name lists them).
     Bench {
         /// The suite name.
         suite: String,

@@ -211,8 +211,8 @@ pub struct RunConfig {
     /// bytes/s from the block device (0 = unlimited)
     #[arg(long, env = "SLOTRING_MAX_LOCAL_READ_BANDWIDTH", value_name = "BYTES", default_value = "64MiB", value_parser = bandwidth)]
     pub max_local_read_bandwidth: u64,
-    /// bytes/s written to the block device, e.g. creating the data file (0 = unlimited)
-    #[arg(long, env = "SLOTRING_MAX_LOCAL_WRITE_BANDWIDTH", value_name = "BYTES", default_value = "0", value_parser = bandwidth)]
+    /// bytes/s written to the block device, e.g. creating the data file; writeback is paced to it (0 = unlimited)
+    #[arg(long, env = "SLOTRING_MAX_LOCAL_WRITE_BANDWIDTH", value_name = "BYTES", default_value = "64MiB", value_parser = bandwidth)]
     pub max_local_write_bandwidth: u64,
     /// CPU slot budget (0 = no limit from this setting)
     #[arg(long, env = "SLOTRING_CONCURRENT_THREADS_SOFT_LIMIT_NUM", value_name = "N", default_value = "0", value_parser = count)]

@@ -116,6 +116,26 @@ pub struct DataFile {
     pub size_at_end_bytes: Option<u64>,
     /// Whether it was kept.
     pub kept: bool,
+    /// What the block device wrote while the data file was created and
+    /// synced (`None` without a block device: tmpfs, network filesystems).
+    pub disk_writes: Option<DiskWrites>,
+}
+
+/// A block device's writes in 100 ms windows of `/sys/block/<dev>/stat`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DiskWrites {
+    /// The stat file read.
+    pub stat: String,
+    /// The highest window rate while the data file was written, bytes/s
+    /// (the first window less the write limit's burst).
+    pub peak_bytes_per_s: f64,
+    /// The median window rate over the same windows, bytes/s (what the
+    /// disk wrote most of the time; on a shared disk the peak may be a
+    /// neighbour's).
+    pub median_bytes_per_s: f64,
+    /// The highest window rate in the 500 ms before, while we wrote
+    /// nothing: the neighbours' share, bytes/s.
+    pub neighbours_peak_bytes_per_s: f64,
 }
 
 /// One throttler: achieved vs configured.
@@ -481,6 +501,23 @@ impl fmt::Display for Report {
                 f,
                 "  the data file was {end} bytes at the end, not {}",
                 self.data_file.size_bytes
+            )?;
+        }
+        if let Some(d) = &self.data_file.disk_writes {
+            let write_limit = self.config.max_local_write_bandwidth;
+            writeln!(
+                f,
+                "  disk writes while creating it, 100 ms windows: peak {:.1} MiB/s, median {:.1} MiB/s \
+                 (limit {}; neighbours' peak before: {:.1} MiB/s; {})",
+                mib(d.peak_bytes_per_s),
+                mib(d.median_bytes_per_s),
+                if write_limit == 0 {
+                    "unlimited".to_owned()
+                } else {
+                    format!("{:.1} MiB/s", mib(write_limit as f64))
+                },
+                mib(d.neighbours_peak_bytes_per_s),
+                d.stat
             )?;
         }
         writeln!(f, "\nthrottlers (achieved vs configured):")?;

@@ -442,6 +442,22 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
     // and short queries × 64 KiB).
     let bound = burst as f64 + rate as f64 * elapsed + (12 * (256 << 10) + 64 * (64 << 10)) as f64;
     assert!(charged as f64 <= bound, "charged {charged} > bound {bound}");
+    // Data-file writes are limited by default, and what the disk wrote
+    // meanwhile is reported beside the limit (/var/tmp is a block device).
+    let write_limit: u64 = 64 << 20;
+    assert_eq!(r["config"]["max_local_write_bandwidth"], write_limit);
+    let w = &r["throttlers"][1];
+    assert_eq!(w["name"], "local_write");
+    assert_eq!(w["configured_bytes_per_s"], write_limit);
+    assert_eq!(w["charged_bytes"], 128u64 << 20);
+    let d = &r["data_file"]["disk_writes"];
+    let (peak, median) = (
+        d["peak_bytes_per_s"].as_f64().unwrap(),
+        d["median_bytes_per_s"].as_f64().unwrap(),
+    );
+    assert!(median > 0.0 && peak >= median, "{d}");
+    assert!(d["neighbours_peak_bytes_per_s"].as_f64().is_some(), "{d}");
+    assert!(d["stat"].as_str().unwrap().starts_with("/sys/dev/block/"));
     // Reads happened; page-cache bytes are not charged to the disk throttler.
     let io = &r["io"];
     assert!(io["reads"].as_u64().unwrap() > 0);

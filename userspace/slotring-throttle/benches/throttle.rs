@@ -273,5 +273,23 @@ fn main() {
         percentile(&mut overshoot, 99.0),
         "blocking wait, 1 ms deficits",
     );
+    // The same waits on a per-thread io_uring timeout SQE (the io_uring
+    // crate's strategy, which the facade installs by default).
+    match slotring_uring::RingWait::new() {
+        Ok(ring) => {
+            let mut ring_overshoot = Vec::new();
+            for _ in 0..300 {
+                let deadline = clock.now_ns() + 1_000_000;
+                ring.wait_until(clock.as_ref(), deadline).unwrap();
+                ring_overshoot.push((clock.now_ns() - deadline) as f64 / 1_000.0);
+            }
+            r.put(
+                "wait_overshoot_us_p50_ring",
+                median(&mut ring_overshoot),
+                "ring-timeout wait, 1 ms deficits; goal <= 0.5 x the nanosleep's",
+            );
+        }
+        Err(e) => eprintln!("wait_overshoot_us_p50_ring not measured: {e}"),
+    }
     r.finish().expect("write target/bench/throttle.json");
 }

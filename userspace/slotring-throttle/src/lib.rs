@@ -60,7 +60,7 @@ pub use throttler::{
     Reservation, Source, Throttle, ThrottlePtr, Throttler, ThrottlerArray, ThrottlerBuilder,
     UNLIMITED_BLOCK, add_throttler,
 };
-pub use wait::{BlockingWait, WaitStrategy};
+pub use wait::{BlockingWait, WaitStrategy, default_wait, install_default_wait};
 
 /// Nano-tokens per token: [`Throttler::tokens_nano`] is in these units.
 pub const NANO_PER_TOKEN: i128 = 1_000_000_000;

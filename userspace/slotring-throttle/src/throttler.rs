@@ -10,7 +10,7 @@ use crate::counters::{Blocked, LiveCounters, ThrottleCounters};
 use crate::error::ThrottleError;
 use crate::fair::{DEFAULT_TAU, FairGate, Tenant};
 use crate::sync::Ordering;
-use crate::wait::{BlockingWait, WaitStrategy};
+use crate::wait::{BlockingWait, WaitStrategy, default_wait};
 
 /// "Block as long as the deficit requires" (ClickHouse's `unlimited_block_ns`).
 pub const UNLIMITED_BLOCK: Duration = Duration::MAX;
@@ -99,7 +99,7 @@ pub struct ThrottlerBuilder {
     burst: Duration,
     block_device: bool,
     clock: Option<Arc<dyn Clock>>,
-    wait: Arc<dyn WaitStrategy>,
+    wait: Option<Arc<dyn WaitStrategy>>,
     name: String,
     tau: Duration,
     max_ops: u64,
@@ -158,9 +158,12 @@ impl ThrottlerBuilder {
         self
     }
 
-    /// Perform waits with `wait` instead of [`BlockingWait`].
+    /// Perform waits with `wait` instead of the default: the process-wide
+    /// [`default_wait`] for a throttler on the shared [`MonotonicClock`],
+    /// [`BlockingWait`] (which sleeps on the clock) for one with an injected
+    /// clock.
     pub fn wait_strategy(mut self, wait: Arc<dyn WaitStrategy>) -> Self {
-        self.wait = wait;
+        self.wait = Some(wait);
         self
     }
 
@@ -172,6 +175,13 @@ impl ThrottlerBuilder {
 
     /// Build the throttler with a full bucket.
     pub fn build(self) -> Result<Throttler, ThrottleError> {
+        // An installed default wait knows only the real monotonic time; an
+        // injected clock is waited on by its own `sleep_until`.
+        let wait = match (self.wait, &self.clock) {
+            (Some(w), _) => w,
+            (None, None) => default_wait(),
+            (None, Some(_)) => Arc::new(BlockingWait),
+        };
         let clock = self.clock.unwrap_or_else(MonotonicClock::shared);
         let burst_ns = u64::try_from(self.burst.as_nanos()).unwrap_or(u64::MAX);
         let bucket = Bucket::new(self.max_speed, burst_ns, clock.now_ns())
@@ -195,7 +205,7 @@ impl ThrottlerBuilder {
             parent: self.parent,
             block_device: self.block_device,
             clock,
-            wait: self.wait,
+            wait,
             name: self.name,
         })
     }
@@ -265,7 +275,7 @@ impl Throttler {
             burst: Duration::from_secs(1),
             block_device: false,
             clock: None,
-            wait: Arc::new(BlockingWait),
+            wait: None,
             name: String::from("throttler"),
             tau: DEFAULT_TAU,
             max_ops: 0,

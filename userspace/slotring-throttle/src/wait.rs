@@ -5,8 +5,15 @@
 //! wait here at all: it calls [`crate::Throttle::reserve`] and turns the
 //! returned delay into a timeout SQE; an async runtime can do the same with
 //! its timer.
+//!
+//! A process may install another default ([`install_default_wait`], e.g. the
+//! io_uring crate's ring-timeout wait, which the facade installs where
+//! io_uring is available); throttlers built afterwards on the production
+//! clock use it. This crate only holds the slot: it knows nothing of what
+//! is installed.
 
 use std::fmt::Debug;
+use std::sync::{Arc, OnceLock};
 
 use nix::errno::Errno;
 
@@ -28,4 +35,21 @@ impl WaitStrategy for BlockingWait {
         let _parked = park_current_lease();
         clock.sleep_until(deadline_ns)
     }
+}
+
+static DEFAULT_WAIT: OnceLock<Arc<dyn WaitStrategy>> = OnceLock::new();
+
+/// Install the process-wide default wait for throttlers built from now on
+/// without [`crate::ThrottlerBuilder::wait_strategy`] and without an injected
+/// clock. Returns `false` (and changes nothing) if one was already installed.
+pub fn install_default_wait(wait: Arc<dyn WaitStrategy>) -> bool {
+    DEFAULT_WAIT.set(wait).is_ok()
+}
+
+/// The installed default wait, or [`BlockingWait`].
+pub fn default_wait() -> Arc<dyn WaitStrategy> {
+    DEFAULT_WAIT
+        .get()
+        .cloned()
+        .unwrap_or_else(|| Arc::new(BlockingWait))
 }

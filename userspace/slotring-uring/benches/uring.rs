@@ -170,12 +170,86 @@ fn caring_unlimited() -> ThrottlePtr {
     )
 }
 
+/// fio's own engine reading the same hot file sequentially, 64 KiB at
+/// depth 1 (what `hot_gibps_*` does), GiB/s. `extra` adds fio options.
+fn fio_hot(path: &Path, engine: &str, extra: &[&str]) -> Result<f64, String> {
+    let out = std::process::Command::new("fio")
+        .args([
+            "--name=hot",
+            &format!("--filename={}", path.display()),
+            "--rw=read",
+            "--bs=64k",
+            &format!("--ioengine={engine}"),
+            "--iodepth=1",
+            "--direct=0",
+            &format!("--size={FILE_LEN}"),
+            "--runtime=2",
+            "--time_based",
+            // fio drops the file's page cache before a job unless told not to.
+            "--invalidate=0",
+            "--output-format=json",
+        ])
+        .args(extra)
+        .output()
+        .map_err(|e| format!("cannot run fio: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "fio failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let start = text.find('{').ok_or("no JSON from fio")?;
+    let v: serde_json::Value = serde_json::from_str(&text[start..]).map_err(|e| e.to_string())?;
+    let bw = v["jobs"][0]["read"]["bw_bytes"]
+        .as_f64()
+        .ok_or("no bw_bytes")?;
+    Ok(bw / GIB)
+}
+
+/// fio's io_uring and psync engines on the hot file, interleaved rounds;
+/// also fio's io_uring with registered buffers and files, to see whether
+/// they pay on buffered page-cache reads (printed, not a key).
+fn fio_hots(report: &mut Report, f: &UringFile, path: &Path) {
+    let (mut u, mut p, mut fixed) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..3 {
+        warm(f);
+        match (
+            fio_hot(path, "io_uring", &[]),
+            fio_hot(path, "psync", &[]),
+            fio_hot(path, "io_uring", &["--fixedbufs", "--registerfiles"]),
+        ) {
+            (Ok(a), Ok(b), Ok(c)) => {
+                u.push(a);
+                p.push(b);
+                fixed.push(c);
+            }
+            (a, b, c) => {
+                eprintln!("fio hot runs skipped: {a:?} {b:?} {c:?}");
+                return;
+            }
+        }
+    }
+    let (u, p, fixed) = (median(&mut u), median(&mut p), median(&mut fixed));
+    report.put(
+        "fio_hot_gibps_uring",
+        u,
+        "fio --ioengine=io_uring, same hot file, 64 KiB, depth 1",
+    );
+    report.put("fio_hot_gibps_psync", p, "fio --ioengine=psync, same reads");
+    eprintln!(
+        "  (fio io_uring with --fixedbufs --registerfiles: {fixed:.3} GiB/s, {:+.1} % vs without)",
+        (fixed / u - 1.0) * 100.0
+    );
+}
+
 fn hot(report: &mut Report, f: &Arc<UringFile>) {
     warm(f);
     let mut on = UringEngine::new(&RingConfig::default()).unwrap();
     let off_policy = Policy {
         detect_page_cache: false,
         disk_rate_guard: true,
+        pace_writeback: true,
     };
     let mut off = UringEngine::new(&RingConfig {
         policy: off_policy,
@@ -293,10 +367,12 @@ fn misses(report: &mut Report, f: &Arc<UringFile>) {
     let on = Policy {
         detect_page_cache: true,
         disk_rate_guard: false,
+        pace_writeback: true,
     };
     let off = Policy {
         detect_page_cache: false,
         disk_rate_guard: false,
+        pace_writeback: true,
     };
     let n = 256;
     let d1 = cold_syscalls("uring", on, 1, f, n) - cold_syscalls("uring", off, 1, f, n);
@@ -650,6 +726,7 @@ fn disk(report: &mut Report, f: &Arc<UringFile>) {
     let naive_policy = Policy {
         detect_page_cache: true,
         disk_rate_guard: false,
+        pace_writeback: true,
     };
     let (guarded, guarded_dev) = disk_peak(f, &stat, Policy::default(), limit, 2.5);
     let (naive, naive_dev) = disk_peak(f, &stat, naive_policy, limit, 2.5);
@@ -813,6 +890,7 @@ fn main() {
     let _ = f.file().as_raw_fd();
     let t0 = Instant::now();
     hot(&mut report, &f);
+    fio_hots(&mut report, &f, &path);
     misses(&mut report, &f);
     rates(&mut report, &f, &path);
     waits(&mut report, &f);

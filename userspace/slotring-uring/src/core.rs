@@ -36,6 +36,22 @@
 //!   flight, the engine does not probe: it asks `cachestat(2)` and routes
 //!   the read by its answer, charging before any IO.
 //!
+//! # How a write reaches the disk
+//!
+//! A write that [`Policy::writeback`] paces ([`Writeback::Paced`]: a
+//! throttled buffered write on a disk filesystem) is charged and issued in
+//! pieces of at most [`WRITEBACK_PIECE`] bytes: each piece is booked on the
+//! chain on its own (so a large write waits between its pieces instead of
+//! dirtying everything at once) and goes out as [`IoKind::PacedWrite`], the
+//! write linked to an `IORING_OP_SYNC_FILE_RANGE(SYNC_FILE_RANGE_WRITE)` of
+//! what the request has written so far: the kernel starts the writeback as
+//! soon as the piece is in the page cache, so the disk receives the bytes
+//! at the pace the throttle allows instead of at the flusher's times. The
+//! writeback's CQE ([`Tag::Writeback`]) changes no result: pacing is not
+//! durability, `fsync` stays the caller's, and a failed or cancelled
+//! writeback only leaves the pages to the kernel's own flush. Only the
+//! request's last CQE makes it collectable, as for any chain.
+//!
 //! # A request's lifecycle
 //!
 //! Each request is a [`Lifecycle`] (what the ring is doing for it, each
@@ -58,7 +74,7 @@ use slotring_throttle::{Source, ThrottlePtr};
 use crate::counters::UringCounters;
 use crate::error::UringError;
 use crate::file::UringFile;
-use crate::policy::{self, Op, Policy, Route};
+use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
 use crate::sys::{Cqe, IoKind, IoSqe, Ring, SetupParams, SlotId, Syscalls, Tag, monotonic_now_ns};
 
 /// Largest single SQE transfer we issue.
@@ -200,6 +216,15 @@ pub(crate) struct Req {
     /// Absolute `CLOCK_MONOTONIC` deadline of the last wait booked,
     /// reported with the result.
     deadline_ns: Option<u64>,
+    /// [`Writeback::Paced`]: booked and issued in pieces, each write linked
+    /// to the writeback of what the request has written.
+    paced: bool,
+    /// Paced writes: the end (within the request) of the bytes booked so
+    /// far; a piece is issued up to it and the next is booked from it.
+    booked: usize,
+    /// Paced writes: bytes written whose writeback no successful (or
+    /// failed, hence the kernel's) `SYNC_FILE_RANGE` has taken yet.
+    unsynced: u64,
     owner: Owner,
     state: Lifecycle,
 }
@@ -245,6 +270,9 @@ pub(crate) struct Core {
     counters: UringCounters,
     /// Bytes of the `RWF_NOWAIT` probes in flight (every [`Lifecycle::Probing`]).
     probe_bytes: u64,
+    /// Bytes paced writes have put in the page cache whose writeback is
+    /// not started yet (the sum of every request's `unsynced`).
+    dirty_unsubmitted: u64,
     cqes: Vec<Cqe>,
     pub(crate) completed: VecDeque<SlotId>,
 }
@@ -268,6 +296,7 @@ impl Core {
             policy,
             counters: UringCounters::default(),
             probe_bytes: 0,
+            dirty_unsubmitted: 0,
             cqes: Vec::new(),
             completed: VecDeque::new(),
         })
@@ -308,6 +337,9 @@ impl Core {
             max_block: s.max_block,
             pre_io_wait: s.pre_io_wait,
             deadline_ns: None,
+            paced: false,
+            booked: 0,
+            unsynced: 0,
             owner: Owner::Waiting(None),
             state: Lifecycle::Starting,
         };
@@ -337,6 +369,8 @@ impl Core {
                 value: len as u64,
             });
         }
+        self.req(id).paced =
+            self.policy.writeback(op, &file, throttle.as_ref()) == Writeback::Paced;
         match self.policy.route(op, &file, throttle.as_ref()) {
             Route::Device => self.charge_then_io(id, 0),
             Route::PageCache => self.known_hit_io(id),
@@ -408,7 +442,8 @@ impl Core {
     }
 
     fn known_hit_io(&mut self, id: SlotId) -> Result<(), UringError> {
-        let io = self.req(id).next_io(IoKind::Read);
+        let r = self.req(id);
+        let io = r.next_io(IoKind::plain(r.op));
         self.queue(
             id,
             Lifecycle::Io {
@@ -419,7 +454,7 @@ impl Core {
     }
 
     /// Bytes of the remaining range that lie before EOF (refreshing the size
-    /// hint when the range crosses it).
+    /// hint when the range crosses it); for a paced write, its next piece.
     fn chargeable(&mut self, id: SlotId) -> u64 {
         let (file, pos, rem, op) = {
             let r = self.req(id);
@@ -431,6 +466,9 @@ impl Core {
             )
         };
         if op == Op::Write {
+            if self.req(id).paced {
+                return rem.min(WRITEBACK_PIECE);
+            }
             return rem;
         }
         // Only a file with a size (regular, block device) has an EOF to trim
@@ -448,6 +486,9 @@ impl Core {
     fn charge_then_io(&mut self, id: SlotId, after_ns: u64) -> Result<(), UringError> {
         let amount = self.chargeable(id);
         let r = self.req(id);
+        if r.paced {
+            r.booked = r.done + amount as usize;
+        }
         let delay = policy::book(
             r.throttle.as_ref(),
             amount,
@@ -455,7 +496,7 @@ impl Core {
             r.max_block,
             after_ns,
         )?;
-        let (io, pre_io_wait) = (r.next_io(IoKind::plain(r.op)), r.pre_io_wait);
+        let (io, pre_io_wait) = (r.next_io(r.io_kind()), r.pre_io_wait);
         let next = match (self.book_wait(id, delay), pre_io_wait) {
             (None, _) => Lifecycle::Io {
                 io,
@@ -558,6 +599,10 @@ impl Core {
             (Ok(n), Op::Write) => {
                 self.counters.writes += 1;
                 self.counters.write_bytes += *n as u64;
+            }
+            // What a failed write had written is in the file: accounted.
+            (Err(UringError::Write { written, .. }), _) => {
+                self.counters.write_bytes += *written;
             }
             (Ok(n), Op::Read) => {
                 self.counters.reads += 1;
@@ -720,6 +765,10 @@ impl Core {
                 Ok(())
             }
             Tag::Io => self.on_io(id, c.res),
+            Tag::Writeback => {
+                self.on_writeback(id, c.res);
+                Ok(())
+            }
         };
         if let Err(e) = advanced {
             self.finish(id, Err(e));
@@ -837,19 +886,17 @@ impl Core {
         if probing {
             return self.on_probe(id, io, res);
         }
-        if res < 0 {
-            return Err(io_failed(io, res));
-        }
         let r = self.req(id);
+        if res < 0 {
+            return Err(match r.op {
+                Op::Write => r.write_failed(io::Error::from_raw_os_error(-res)),
+                Op::Read => io_failed(io, res),
+            });
+        }
         let n = res as usize;
         if n == 0 {
             if r.op == Op::Write {
-                return Err(UringError::Io {
-                    op: Op::Write,
-                    offset: r.offset + r.done as u64,
-                    len: (r.len - r.done) as u64,
-                    source: io::Error::from(io::ErrorKind::WriteZero),
-                });
+                return Err(r.write_failed(io::Error::from(io::ErrorKind::WriteZero)));
             }
             // EOF.
             return self.io_done(id, charge);
@@ -858,15 +905,50 @@ impl Core {
         if r.op == Op::Write {
             r.file.grow_to(r.offset + r.done as u64);
         }
+        if io.kind == IoKind::PacedWrite {
+            r.unsynced += n as u64;
+            self.counters.paced_bytes += n as u64;
+            self.dirty_unsubmitted += n as u64;
+            self.counters.dirty_high_water_bytes = self
+                .counters
+                .dirty_high_water_bytes
+                .max(self.dirty_unsubmitted);
+        }
+        let r = self.req(id);
         if r.done < r.len {
             if cancel {
                 return Err(UringError::Cancelled);
             }
-            let io = r.next_io(IoKind::plain(r.op));
+            if r.paced && r.done >= r.booked {
+                // The piece is written (its writeback is linked behind
+                // it): book and issue the next one.
+                return self.charge_then_io(id, 0);
+            }
+            let io = r.next_io(r.io_kind());
             self.counters.short_reads += 1;
             return self.queue(id, Lifecycle::Io { io, charge });
         }
         self.io_done(id, charge)
+    }
+
+    /// The `SYNC_FILE_RANGE` behind a paced write completed with `res`. It
+    /// decides nothing about the request: a writeback started (`res == 0`)
+    /// or refused (an error: the pages stay the kernel's to flush, and a
+    /// real write error reaches the caller's `fsync`) ends the request's
+    /// unsubmitted dirty bytes; one cancelled by a short write leaves them
+    /// to the continuation's writeback, unless the request is over.
+    fn on_writeback(&mut self, id: SlotId, res: i32) {
+        let r = self.req(id);
+        if res == -libc::ECANCELED && !matches!(r.state, Lifecycle::Completed(_)) {
+            return;
+        }
+        let unsynced = std::mem::take(&mut r.unsynced);
+        self.dirty_unsubmitted -= unsynced;
+        match res {
+            0.. => self.counters.writeback_submissions += 1,
+            e if e == -libc::ECANCELED => {}
+            _ => self.counters.writeback_errors += 1,
+        }
     }
 
     fn io_done(&mut self, id: SlotId, charge: Charge) -> Result<(), UringError> {
@@ -1010,15 +1092,41 @@ impl Core {
 }
 
 impl Req {
-    /// The rest of the request as one SQE of `kind`.
+    /// The rest of the request (of a paced write: the rest of the piece
+    /// booked) as one SQE of `kind`.
     fn next_io(&self, kind: IoKind) -> IoSqe {
+        let end = if kind == IoKind::PacedWrite {
+            self.booked
+        } else {
+            self.len
+        };
         IoSqe {
             fd: self.file.fd(),
             kind,
             start: self.done,
-            len: (self.len - self.done) as u32,
+            len: (end - self.done) as u32,
             offset: self.offset + self.done as u64,
         }
+    }
+
+    /// The SQE kind of this request's plain IO.
+    fn io_kind(&self) -> IoKind {
+        if self.paced {
+            IoKind::PacedWrite
+        } else {
+            IoKind::plain(self.op)
+        }
+    }
+
+    /// The write failed with `source` after `done` bytes.
+    fn write_failed(&self, source: io::Error) -> UringError {
+        UringError::write(
+            &self.file,
+            self.offset,
+            self.len as u64,
+            self.done as u64,
+            source,
+        )
     }
 }
 

@@ -27,6 +27,14 @@ slotring_counters::counter_set! {
         counter sq_full: "Times the submission queue was full.",
         /// Completions are kept by `IORING_FEAT_NODROP`.
         counter cq_overflows: "Enters that found the completion queue overflowed (nothing lost).",
+        /// Each followed at once by the start of its writeback.
+        counter paced_bytes: "Bytes written by paced writes.",
+        /// `SYNC_FILE_RANGE_WRITE` SQEs or calls that succeeded.
+        counter writeback_submissions: "Writebacks started for paced writes.",
+        /// The pages stay with the kernel's flush; a write error reaches `fsync`.
+        counter writeback_errors: "Writebacks of paced writes the kernel refused.",
+        /// Per engine (a sum over engines bounds the total from above).
+        gauge dirty_high_water_bytes: "High-water mark of paced bytes in the page cache whose writeback was not started yet.",
     }
 }
 
@@ -44,5 +52,9 @@ mod tests {
         assert_eq!(std::mem::offset_of!(UringCounters, page_cache_hits), 4 * 8);
         assert_eq!(std::mem::offset_of!(UringCounters, waits_submitted), 8 * 8);
         assert_eq!(std::mem::offset_of!(UringCounters, cq_overflows), 14 * 8);
+        assert_eq!(
+            std::mem::offset_of!(UringCounters, dirty_high_water_bytes),
+            18 * 8
+        );
     }
 }

@@ -92,7 +92,12 @@ pub trait IoEngine: Send {
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>>;
 
-    /// Write all of `buf` at `offset`, charged to `throttle`.
+    /// Write all of `buf` at `offset`, charged to `throttle`. A throttled
+    /// buffered write on a disk filesystem is paced (written in booked
+    /// pieces, each followed by the start of its writeback); a failure is
+    /// [`UringError::Write`] with the bytes written before it.
+    ///
+    /// [`UringError::Write`]: crate::UringError::Write
     fn write_at(
         &mut self,
         file: &Arc<UringFile>,

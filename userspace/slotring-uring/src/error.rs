@@ -37,6 +37,24 @@ pub enum UringError {
         /// The kernel's answer.
         source: io::Error,
     },
+    /// A write failed after `written` of its `len` bytes had reached the
+    /// file (those are in the file and counted in `write_bytes`; nothing
+    /// after them is).
+    #[error("write of {len} bytes to {file} failed at offset {offset}, {written} bytes written")]
+    Write {
+        /// The file, as the kernel names it (or `fd N`).
+        file: String,
+        /// File offset where the write stopped (the request's offset plus
+        /// `written`).
+        offset: u64,
+        /// Bytes the request asked to write.
+        len: u64,
+        /// Bytes written before the failure.
+        written: u64,
+        /// The kernel's answer (`ENOSPC`, `EIO`, `WriteZero` for a write
+        /// that moved nothing, ...).
+        source: io::Error,
+    },
     /// A ring syscall (`io_uring_enter`, `io_uring_register`) failed.
     #[error("{what} failed")]
     Ring {
@@ -96,6 +114,24 @@ impl UringError {
             _ => "io_uring_setup failed",
         };
         UringError::Unavailable { cause, source }
+    }
+
+    /// A write of `len` bytes at `offset` to `file` that failed with
+    /// `source` after `written` bytes.
+    pub(crate) fn write(
+        file: &crate::file::UringFile,
+        offset: u64,
+        len: u64,
+        written: u64,
+        source: io::Error,
+    ) -> Self {
+        UringError::Write {
+            file: file.name(),
+            offset: offset + written,
+            len,
+            written,
+            source,
+        }
     }
 
     /// Whether this is [`UringError::Cancelled`].

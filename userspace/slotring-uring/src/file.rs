@@ -38,22 +38,27 @@ pub enum NowaitMode {
 pub struct UringFile {
     file: File,
     direct: bool,
+    in_memory: bool,
     mode: AtomicU8,
     size_hint: AtomicU64,
 }
 
 impl UringFile {
-    /// Wrap `file` (one `fcntl(F_GETFL)` and one `fstat`, plus
-    /// `ioctl(BLKGETSIZE64)` for a block device).
+    /// Wrap `file` (one `fcntl(F_GETFL)`, one `fstat` and one `fstatfs`,
+    /// plus `ioctl(BLKGETSIZE64)` for a block device).
     pub fn new(file: File) -> io::Result<Arc<Self>> {
         let flags = fcntl(file.as_fd(), FcntlArg::F_GETFL).map_err(io::Error::from)?;
         let direct = OFlag::from_bits_truncate(flags).contains(OFlag::O_DIRECT);
         let size = RealSyscalls
             .file_size(file.as_raw_fd())?
             .unwrap_or(SIZE_UNBOUNDED);
+        // A filesystem that cannot be asked counts as disk-backed: a block
+        // device is never under-charged.
+        let in_memory = RealSyscalls.fs_is_memory(file.as_raw_fd()).unwrap_or(false);
         Ok(Arc::new(Self {
             file,
             direct,
+            in_memory,
             mode: AtomicU8::new(NowaitMode::Probe as u8),
             size_hint: AtomicU64::new(size),
         }))
@@ -67,6 +72,19 @@ impl UringFile {
     /// Whether the file was opened with `O_DIRECT` (no detection then).
     pub fn is_direct(&self) -> bool {
         self.direct
+    }
+
+    /// Whether the file lives on a memory filesystem (tmpfs/ramfs), per
+    /// `fstatfs` when it was wrapped: its writes never reach a disk.
+    pub fn in_memory(&self) -> bool {
+        self.in_memory
+    }
+
+    /// The file's path as the kernel names it now (`/proc/self/fd`), or
+    /// `fd N` when it has none; for error messages.
+    pub fn name(&self) -> String {
+        std::fs::read_link(format!("/proc/self/fd/{}", self.fd()))
+            .map_or_else(|_| format!("fd {}", self.fd()), |p| p.display().to_string())
     }
 
     /// What detection learned about this file.

@@ -21,6 +21,16 @@
 //! asks `cachestat(2)` instead of probing, what a filesystem without
 //! `RWF_NOWAIT` is charged as.
 //!
+//! A throttled buffered write on a disk filesystem reaches the disk at the
+//! throttled pace: it is booked and issued in pieces of 256 KiB, each
+//! followed at once by the start of its writeback (on the ring an
+//! `IORING_OP_SYNC_FILE_RANGE(SYNC_FILE_RANGE_WRITE)` linked to the write,
+//! in [`PreadEngine`] `sync_file_range(2)`), so the kernel does not flush
+//! it later in a burst; `O_DIRECT` needs no pacing and tmpfs has no disk
+//! (see `policy.rs`). Pacing promises no durability: `fsync` stays the
+//! caller's. A failed write is [`UringError::Write`], naming the file, the
+//! offset reached and the bytes written before it.
+//!
 //! The only `unsafe` code is in `sys.rs`: the syscall seam every syscall
 //! passes through and the ring that owns every buffer lent to the kernel
 //! until its last CQE arrives. See the module docs of `core.rs` for how a
@@ -66,12 +76,14 @@ mod error;
 mod file;
 mod policy;
 mod pread;
+mod shared;
 #[allow(
     unsafe_code,
     reason = "the io_uring boundary: SQEs point into memory the ring owns; every block has a SAFETY comment"
 )]
 mod sys;
 mod tokio;
+mod wait;
 
 pub use crate::blocking::{Completion, Ticket, UringEngine};
 pub use crate::counters::UringCounters;
@@ -82,9 +94,11 @@ pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
 pub use crate::policy::{Op, Policy};
 pub use crate::pread::PreadEngine;
+pub use crate::shared::{AsyncIo, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls};
 pub use crate::tokio::AsyncEngine;
+pub use crate::wait::RingWait;
 
 /// Re-exported so seam implementations can name the ring type.
 #[cfg(feature = "test-util")]

@@ -20,6 +20,23 @@
 //!   probe: they ask `cachestat(2)` (no side effect) and charge as page
 //!   cache only a fully cached range ([`Policy::guard_engaged`],
 //!   [`cachestat_route`]).
+//! * **What a write costs the disk.** Every buffered write on a disk
+//!   filesystem is charged as device bytes, before it is issued: with paced
+//!   writeback each write reaches the disk (an overwrite of a page whose
+//!   writeback is already under way is written again, so it is a device
+//!   byte too; without pacing the kernel might merge it with the earlier
+//!   write, and it is still charged: a block device is never
+//!   under-charged). An `O_DIRECT` write is device IO by nature and needs
+//!   no pacing. A write to a memory filesystem (tmpfs/ramfs) never reaches
+//!   a disk: it is charged as [`Source::PageCache`], which a block-device
+//!   limit skips and every other limit charges, as for reads there
+//!   ([`Policy::route`]).
+//! * **Paced writeback.** A throttled buffered write on a disk filesystem
+//!   starts the writeback of what it dirtied right after it, in pieces of
+//!   at most [`WRITEBACK_PIECE`] bytes each booked on its own, so the disk
+//!   receives the bytes at the throttled pace and no writer keeps more than
+//!   a piece dirty and unsubmitted ([`Policy::writeback`]). Pacing changes no
+//!   durability: `fsync` stays the caller's.
 //! * **Booking.** Bytes are booked on the chain as [`Source::Device`] or
 //!   [`Source::PageCache`], each charge after the delay already booked
 //!   ([`book`]).
@@ -37,6 +54,11 @@ use crate::sys::CacheStat;
 
 /// The page size `cachestat(2)` counts in.
 const PAGE: u64 = 4096;
+
+/// The largest piece a paced write is booked and issued in. A 100 ms window
+/// of a 32 MiB/s limit holds 12.8 such pieces, so a window's count is off by
+/// at most one piece (8 %); see ARCHITECTURE.md for the measurements.
+pub(crate) const WRITEBACK_PIECE: u64 = 256 << 10;
 
 /// A read or a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,6 +93,10 @@ pub struct Policy {
     /// Bound the block device's instantaneous rate (cachestat instead of a
     /// NOWAIT probe while the block-device bucket cannot cover the probes).
     pub disk_rate_guard: bool,
+    /// Pace the writeback of throttled buffered writes on disk filesystems
+    /// (see `Policy::writeback`); off, the kernel flushes them when it
+    /// decides (the page-cache behaviour of ClickHouse's write throttler).
+    pub pace_writeback: bool,
 }
 
 impl Default for Policy {
@@ -78,8 +104,20 @@ impl Default for Policy {
         Self {
             detect_page_cache: true,
             disk_rate_guard: true,
+            pace_writeback: true,
         }
     }
+}
+
+/// How a write's dirty pages reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Writeback {
+    /// When the kernel flushes them (unthrottled writes, `O_DIRECT`, memory
+    /// filesystems, pacing off).
+    Kernel,
+    /// Booked and issued in pieces of at most [`WRITEBACK_PIECE`] bytes,
+    /// each followed at once by `SYNC_FILE_RANGE_WRITE` of what it wrote.
+    Paced,
 }
 
 /// How a request's bytes are charged, decided before any IO.
@@ -111,6 +149,15 @@ impl Policy {
     /// The page-cache rule: how an `op` on `file` charged to `throttle` is
     /// routed.
     pub(crate) fn route(self, op: Op, file: &UringFile, throttle: Option<&ThrottlePtr>) -> Route {
+        if op == Op::Write {
+            // No disk behind a memory filesystem: page-cache bytes, charged
+            // after the write as reads there are.
+            return if file.in_memory() && throttle.is_some() {
+                Route::PageCache
+            } else {
+                Route::Device
+            };
+        }
         let detect = self.detect_page_cache
             && op == Op::Read
             && !file.is_direct()
@@ -119,6 +166,29 @@ impl Policy {
             Route::from(file.nowait_mode())
         } else {
             Route::Device
+        }
+    }
+
+    /// Whether the writeback of an `op` on `file` charged to `throttle` is
+    /// paced: a throttled buffered write on a disk filesystem, with pacing
+    /// on. `O_DIRECT` is paced by nature (its bytes reach the device when
+    /// the write is issued, after its charge) and a memory filesystem has
+    /// no writeback.
+    pub(crate) fn writeback(
+        self,
+        op: Op,
+        file: &UringFile,
+        throttle: Option<&ThrottlePtr>,
+    ) -> Writeback {
+        if self.pace_writeback
+            && op == Op::Write
+            && throttle.is_some()
+            && !file.is_direct()
+            && !file.in_memory()
+        {
+            Writeback::Paced
+        } else {
+            Writeback::Kernel
         }
     }
 
@@ -190,6 +260,8 @@ pub(crate) fn book(
 mod tests {
     use std::sync::Arc;
 
+    use std::os::unix::fs::OpenOptionsExt;
+
     use slotring_throttle::{Clock, ManualClock, Throttle, Throttler, UNLIMITED_BLOCK};
 
     use super::*;
@@ -235,6 +307,61 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(off.route(Op::Read, &f, Some(&disk)), Route::Device);
+    }
+
+    #[test]
+    fn throttled_buffered_writes_on_a_disk_are_paced_and_charged_to_it() {
+        let c = clock();
+        let disk: ThrottlePtr = disk(1000, &c);
+        let on = Policy::default();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let f = UringFile::new(std::fs::File::create(dir.path().join("f")).unwrap()).unwrap();
+        assert!(!f.in_memory(), "/var/tmp is on a disk filesystem");
+        assert_eq!(on.writeback(Op::Write, &f, Some(&disk)), Writeback::Paced);
+        assert_eq!(on.route(Op::Write, &f, Some(&disk)), Route::Device);
+        assert_eq!(on.writeback(Op::Write, &f, None), Writeback::Kernel);
+        assert_eq!(on.writeback(Op::Read, &f, Some(&disk)), Writeback::Kernel);
+        let off = Policy {
+            pace_writeback: false,
+            ..Policy::default()
+        };
+        assert_eq!(off.writeback(Op::Write, &f, Some(&disk)), Writeback::Kernel);
+        assert_eq!(off.route(Op::Write, &f, Some(&disk)), Route::Device);
+    }
+
+    #[test]
+    fn writes_to_memory_are_page_cache_and_direct_writes_are_not_paced() {
+        let c = clock();
+        let disk: ThrottlePtr = disk(1000, &c);
+        let on = Policy::default();
+        let shm = std::path::Path::new("/dev/shm");
+        let memory_dir = nix::sys::statfs::statfs(shm)
+            .is_ok_and(|st| st.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+        if memory_dir {
+            let m = UringFile::new(tempfile::tempfile_in(shm).unwrap()).unwrap();
+            assert!(m.in_memory());
+            assert_eq!(on.writeback(Op::Write, &m, Some(&disk)), Writeback::Kernel);
+            assert_eq!(on.route(Op::Write, &m, Some(&disk)), Route::PageCache);
+            assert_eq!(on.route(Op::Write, &m, None), Route::Device);
+        } else {
+            eprintln!("tmpfs part skipped: /dev/shm is not tmpfs on this machine");
+        }
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let opened = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(dir.path().join("direct"));
+        match opened {
+            Ok(d) => {
+                let d = UringFile::new(d).unwrap();
+                assert!(d.is_direct());
+                assert_eq!(on.writeback(Op::Write, &d, Some(&disk)), Writeback::Kernel);
+                assert_eq!(on.route(Op::Write, &d, Some(&disk)), Route::Device);
+            }
+            Err(e) => eprintln!("O_DIRECT part skipped: /var/tmp refuses it ({e})"),
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::counters::UringCounters;
 use crate::engine::IoEngine;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
-use crate::policy::{self, Op, Policy, Route};
+use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
 use crate::sys::{RealSyscalls, Syscalls};
 
 /// The fallback engine: `preadv2(RWF_NOWAIT)` then `pread` (ClickHouse's
@@ -220,6 +220,85 @@ impl PreadEngine {
     }
 }
 
+impl PreadEngine {
+    /// `pwrite` all of `buf` at `offset`, charging after each piece as the
+    /// reads do. A paced write ([`Writeback::Paced`]) goes in pieces of at
+    /// most [`WRITEBACK_PIECE`] bytes, each followed by
+    /// `sync_file_range(SYNC_FILE_RANGE_WRITE)` of what it wrote and by its
+    /// charge's sleep; otherwise the whole buffer is one piece. A failure
+    /// names the file, the offset reached and the bytes written before it
+    /// (which are counted in `write_bytes`).
+    fn write_inner(
+        &mut self,
+        file: &Arc<UringFile>,
+        buf: &[u8],
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+    ) -> Result<usize, UringError> {
+        let fd = file.fd();
+        let paced = self.policy.writeback(Op::Write, file, throttle) == Writeback::Paced;
+        let in_memory = self.policy.route(Op::Write, file, throttle) == Route::PageCache;
+        let piece = if paced {
+            WRITEBACK_PIECE as usize
+        } else {
+            buf.len().max(1)
+        };
+        let mut done = 0;
+        while done < buf.len() {
+            let end = (done + piece).min(buf.len());
+            let moved = self.transfer(Op::Write, offset, end, done, |sys, at| {
+                sys.pwrite(fd, &buf[at..end], offset + at as u64)
+            });
+            let end = match moved {
+                Ok(end) => end,
+                Err(e) => {
+                    // What the failing piece moved before its error is in
+                    // the file too: `transfer` names its offset.
+                    let written = match &e {
+                        UringError::Io { offset: at, .. } => at - offset,
+                        _ => done as u64,
+                    };
+                    let source = match e {
+                        UringError::Io { source, .. } => source,
+                        other => return Err(other),
+                    };
+                    file.grow_to(offset + written);
+                    self.counters.write_bytes += written;
+                    return Err(UringError::write(
+                        file,
+                        offset,
+                        buf.len() as u64,
+                        written,
+                        source,
+                    ));
+                }
+            };
+            file.grow_to(offset + end as u64);
+            let n = (end - done) as u64;
+            if paced {
+                self.counters.paced_bytes += n;
+                self.counters.dirty_high_water_bytes = self.counters.dirty_high_water_bytes.max(n);
+                match self.sys.sync_file_range_write(fd, offset + done as u64, n) {
+                    Ok(()) => self.counters.writeback_submissions += 1,
+                    // Pacing is no durability promise: the pages stay with
+                    // the kernel's flush, and a write error reaches fsync.
+                    Err(_) => self.counters.writeback_errors += 1,
+                }
+            }
+            done = end;
+            let (pc, disk) = if in_memory { (n, 0) } else { (0, n) };
+            if let Err(e) = self.charge(throttle, max_block, pc, disk) {
+                self.counters.write_bytes += done as u64;
+                return Err(e);
+            }
+        }
+        self.counters.writes += 1;
+        self.counters.write_bytes += done as u64;
+        Ok(done)
+    }
+}
+
 impl IoEngine for PreadEngine {
     fn read_at(
         &mut self,
@@ -241,21 +320,8 @@ impl IoEngine for PreadEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let fd = file.fd();
-        let written = self.transfer(Op::Write, offset, buf.len(), 0, |sys, done| {
-            sys.pwrite(fd, &buf[done..], offset + done as u64)
-        });
-        let done = match written {
-            Ok(done) => done,
-            Err(e) => return (Err(e), buf),
-        };
-        file.grow_to(offset + done as u64);
-        if let Err(e) = self.charge(throttle, max_block, 0, done as u64) {
-            return (Err(e), buf);
-        }
-        self.counters.writes += 1;
-        self.counters.write_bytes += done as u64;
-        (Ok(done), buf)
+        let r = self.write_inner(file, &buf, offset, throttle, max_block);
+        (r, buf)
     }
 
     fn counters(&self) -> UringCounters {

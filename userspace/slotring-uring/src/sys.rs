@@ -4,8 +4,8 @@
 //!
 //! * [`Syscalls`], the one seam through which every syscall of the engines
 //!   passes (`io_uring_setup`, `io_uring_enter`, `io_uring_register`,
-//!   `preadv2`, `pwrite`, `cachestat`, `fstat`, `ioctl(BLKGETSIZE64)`,
-//!   `fstatfs`) and through which every completion result is read. Tests
+//!   `preadv2`, `pwrite`, `sync_file_range`, `cachestat`, `fstat`,
+//!   `ioctl(BLKGETSIZE64)`, `fstatfs`) and through which every completion result is read. Tests
 //!   replace it to inject faults. It is not part of the public API: the
 //!   crate's non-default feature `test-util` re-exports it (with
 //!   [`RealSyscalls`], [`SetupParams`], [`CacheStat`] and `io_uring::IoUring`)
@@ -25,7 +25,7 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
-use crate::policy::Op;
+use crate::policy::{Op, WRITEBACK_PIECE};
 
 /// `cachestat(2)` is syscall 451 on every 64-bit Linux architecture we build for.
 const SYS_CACHESTAT: libc::c_long = 451;
@@ -157,6 +157,24 @@ pub trait Syscalls: Send + 'static {
         }
     }
 
+    /// `sync_file_range(fd, off, len, SYNC_FILE_RANGE_WRITE)`: start the
+    /// writeback of the dirty pages of the range, without waiting for it
+    /// (the `pread` engine's paced writeback).
+    fn sync_file_range_write(&mut self, fd: RawFd, off: u64, len: u64) -> io::Result<()> {
+        let off = libc::off64_t::try_from(off)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let len = libc::off64_t::try_from(len)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: no memory is passed; the kernel validates `fd` (a bad one
+        // is `EBADF`, not UB).
+        let r = unsafe { libc::sync_file_range(fd, off, len, libc::SYNC_FILE_RANGE_WRITE) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
     /// `cachestat(fd, {off, len}, &out, 0)` (Linux 6.5+; `ENOSYS` before).
     fn cachestat(&mut self, fd: RawFd, off: u64, len: u64) -> io::Result<CacheStat> {
         let range: [u64; 2] = [off, len];
@@ -236,7 +254,7 @@ pub struct RealSyscalls;
 
 impl Syscalls for RealSyscalls {}
 
-/// What a slot's SQE is for (the low bits of `user_data`).
+/// What a slot's SQE is for (the low [`TAG_BITS`] bits of `user_data`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Tag {
     /// The read or write.
@@ -248,15 +266,22 @@ pub(crate) enum Tag {
     Cancel = 2,
     /// A standalone timeout after the IO (a page-cache charge's wait).
     PostWait = 3,
+    /// The `IORING_OP_SYNC_FILE_RANGE` linked behind a paced write
+    /// ([`IoKind::PacedWrite`]).
+    Writeback = 4,
 }
+
+/// Bits of `user_data` that hold the [`Tag`]; the slot index is above them.
+pub(crate) const TAG_BITS: u32 = 3;
 
 impl Tag {
     fn from_bits(b: u64) -> Tag {
-        match b & 3 {
+        match b & ((1 << TAG_BITS) - 1) {
             0 => Tag::Io,
             1 => Tag::Wait,
             2 => Tag::Cancel,
-            _ => Tag::PostWait,
+            3 => Tag::PostWait,
+            _ => Tag::Writeback,
         }
     }
 }
@@ -269,7 +294,7 @@ pub(crate) struct SlotId {
 }
 
 fn user_data(index: u32, tag: Tag) -> u64 {
-    (u64::from(index) << 2) | tag as u64
+    (u64::from(index) << TAG_BITS) | tag as u64
 }
 
 struct Slot<T> {
@@ -293,6 +318,12 @@ pub(crate) enum IoKind {
     NowaitRead,
     /// `IORING_OP_WRITE`.
     Write,
+    /// `IORING_OP_WRITE` with `IOSQE_IO_LINK` to an
+    /// `IORING_OP_SYNC_FILE_RANGE(SYNC_FILE_RANGE_WRITE)` ([`Tag::Writeback`])
+    /// over the piece the write belongs to: the kernel
+    /// starts the writeback of what the write dirtied as soon as it
+    /// completes (paced writeback; a short or failed write cancels it).
+    PacedWrite,
 }
 
 impl IoKind {
@@ -308,7 +339,7 @@ impl IoKind {
     pub(crate) fn op(self) -> Op {
         match self {
             IoKind::Read | IoKind::NowaitRead => Op::Read,
-            IoKind::Write => Op::Write,
+            IoKind::Write | IoKind::PacedWrite => Op::Write,
         }
     }
 }
@@ -565,7 +596,7 @@ impl<T> Ring<T> {
         let ud = user_data(id.index, Tag::Io);
         let fd = types::Fd(io.fd);
         Ok(match io.kind {
-            IoKind::Write => opcode::Write::new(fd, ptr, io.len)
+            IoKind::Write | IoKind::PacedWrite => opcode::Write::new(fd, ptr, io.len)
                 .offset(io.offset)
                 .build()
                 .user_data(ud),
@@ -617,6 +648,31 @@ impl<T> Ring<T> {
         wait_until: Option<u64>,
     ) -> io::Result<u64> {
         let e = self.io_entry(id, io)?;
+        if io.kind == IoKind::PacedWrite {
+            // The whole piece this SQE belongs to (pieces start at
+            // multiples of WRITEBACK_PIECE within the request; `start` is
+            // the request's bytes before this SQE): a continued short write
+            // also covers the piece's first part, whose own writeback its
+            // shortness cancelled. Already clean pages cost nothing.
+            let before = io.start as u64 % WRITEBACK_PIECE;
+            let from = io.offset - before;
+            let len = u32::try_from(before + u64::from(io.len)).unwrap_or(u32::MAX);
+            let wb = opcode::SyncFileRange::new(types::Fd(io.fd), len)
+                .offset(from)
+                .flags(libc::SYNC_FILE_RANGE_WRITE)
+                .build()
+                .user_data(user_data(id.index, Tag::Writeback));
+            let e = e.flags(squeue::Flags::IO_LINK);
+            return match wait_until {
+                Some(deadline) => {
+                    let t = self
+                        .timeout_entry(id, deadline, Tag::Wait, TimeoutRole::LinkHead)
+                        .flags(squeue::Flags::IO_LINK);
+                    self.push_entries(id, &[t, e, wb])
+                }
+                None => self.push_entries(id, &[e, wb]),
+            };
+        }
         match wait_until {
             Some(deadline) => {
                 // ETIME_SUCCESS: an expired wait keeps the chain going (as a
@@ -718,7 +774,7 @@ impl<T> Ring<T> {
             let ud = c.user_data();
             let mut res = c.result();
             self.sys.completion(ud, &mut res);
-            let slot = (ud >> 2) as u32;
+            let slot = (ud >> TAG_BITS) as u32;
             if let Some(s) = self.slots.get_mut(slot as usize) {
                 s.outstanding = s.outstanding.saturating_sub(1);
             }

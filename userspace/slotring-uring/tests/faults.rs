@@ -384,6 +384,7 @@ fn guard_uses_cachestat_when_the_disk_bucket_cannot_cover_probes() {
     let _ = Policy {
         detect_page_cache: true,
         disk_rate_guard: false,
+        pace_writeback: true,
     };
 }
 

@@ -13,6 +13,8 @@
 //!   stats in pinned BPF maps).
 //! * [`snapshot`] (with `slots` and `uring`): plain snapshots of every
 //!   counter, what metrics and reports are built from.
+//! * [`install_defaults`] (with `uring`): throttle waits on an io_uring
+//!   timeout SQE where io_uring is available.
 //! * [`pinned`] (with `bpf`): read the pinned maps of any process that
 //!   embeds slotring with probes.
 //! * [`metrics`] (feature `prometheus`, off by default): Prometheus families
@@ -78,6 +80,26 @@ pub use slotring_uring as uring;
 
 #[cfg(feature = "prometheus")]
 pub mod metrics;
+
+/// Install slotring's process-wide defaults; call once at start-up, before
+/// building throttlers. Throttle waits that do not go through an engine (a
+/// plain [`throttle::Throttle::throttle`], e.g. on network bytes) then wait
+/// on a per-thread io_uring timeout SQE ([`uring::RingWait`]) with the CPU
+/// lease parked, instead of `clock_nanosleep`: the ring's wake-up overshoots
+/// less (`cargo xtask bench throttle`, `wait_overshoot_us_p50_ring`).
+///
+/// Returns why not, where io_uring is unavailable (the waits keep
+/// `clock_nanosleep`; say it once). Installing twice changes nothing.
+#[cfg(feature = "uring")]
+pub fn install_defaults() -> Option<uring::UringError> {
+    match uring::RingWait::new() {
+        Ok(w) => {
+            throttle::install_default_wait(std::sync::Arc::new(w));
+            None
+        }
+        Err(e) => Some(e),
+    }
+}
 #[cfg(feature = "bpf")]
 pub mod pinned;
 #[cfg(all(feature = "slots", feature = "uring"))]

@@ -1,8 +1,10 @@
 //! `slotring run`: the embedded default workload.
 //!
 //! 1. Create the data file (default 1 GiB) with the IO engine, charged to
-//!    the `local_write` throttler, `fsync` it and drop it from the page
-//!    cache, so that scans read from the disk.
+//!    the `local_write` throttler (64 MiB/s by default; the engine paces the
+//!    writeback to it), `fsync` it and drop it from the page cache, so that
+//!    scans read from the disk; `disk` watches what the block device wrote
+//!    meanwhile.
 //! 2. Start `scans` scan queries, each an allocation of up to
 //!    `scan_threads` CPU slots with one thread per slot. A thread acquires a
 //!    slot, makes it its current CPU lease, and for one `slot_quantum` reads
@@ -31,6 +33,7 @@
 
 mod assemble;
 mod counters;
+mod disk;
 mod engines;
 mod progress;
 mod sampler;
@@ -49,7 +52,7 @@ use slotring::throttle::ThrottleError;
 use slotring::uring::UringError;
 
 use crate::config::RunConfig;
-use crate::report::{DataFile, Report};
+use crate::report::{DataFile, DiskWrites, Report};
 
 pub use setup::default_dir;
 pub use waits::STOP_BOUND;
@@ -163,7 +166,19 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let mut progress = progress::Progress::new(opts.progress);
     let engines = engines::Engines::new(cfg.engine);
 
-    // 1. The data file.
+    // 1. The data file, and what the disk wrote meanwhile (the neighbours'
+    // share sampled just before).
+    let stat = data.path.parent().and_then(disk::block_stat);
+    let neighbours = stat.as_ref().map(|s| {
+        let noise = disk::DiskPeak::start(s.clone(), 0);
+        std::thread::sleep(Duration::from_millis(400));
+        noise.finish().0
+    });
+    let write_burst_bytes =
+        (setup::WRITE_BURST.as_secs_f64() * cfg.max_local_write_bandwidth as f64) as u64;
+    let disk_sampler = stat
+        .as_ref()
+        .map(|s| disk::DiskPeak::start(s.clone(), write_burst_bytes));
     let t_create = Instant::now();
     let created = data.take_file().expect("prepare created the data file");
     let file = setup::create_data_file(
@@ -177,6 +192,18 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     )?;
     let create_s = t_create.elapsed().as_secs_f64();
     let write_debt_at_end = counters::debt_now(&write);
+    let disk_writes = match (stat, disk_sampler, neighbours) {
+        (Some(stat), Some(sampler), Some(neighbours)) => {
+            let (peak, median) = sampler.finish();
+            Some(DiskWrites {
+                stat: stat.display().to_string(),
+                peak_bytes_per_s: peak,
+                median_bytes_per_s: median,
+                neighbours_peak_bytes_per_s: neighbours,
+            })
+        }
+        _ => None,
+    };
 
     // 2. Queries, watched by the sampler, which serves /metrics meanwhile.
     let start = Instant::now();
@@ -233,6 +260,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         filesystem: data.filesystem.name.clone(),
         create_s,
         kept: cfg.keep,
+        disk_writes,
     };
     let interrupted = stop.load(Ordering::Relaxed);
     drop(data); // removes the data file unless kept

@@ -95,6 +95,14 @@ pub fn open_rw(path: &std::path::Path) -> File {
         .unwrap()
 }
 
+/// The whole cachestat(2) answer for `[off, off+len)`.
+pub fn cache_stat(f: &UringFile, off: u64, len: u64) -> slotring_uring::CacheStat {
+    use std::os::fd::AsRawFd;
+    RealSyscalls
+        .cachestat(f.file().as_raw_fd(), off, len)
+        .unwrap()
+}
+
 /// Pages of `[off, off+len)` in the page cache, per cachestat(2).
 pub fn cached_pages(f: &UringFile, off: u64, len: u64) -> u64 {
     use std::os::fd::AsRawFd;
@@ -146,6 +154,11 @@ pub struct Plan {
     pub pread_errors: Vec<i32>,
     /// Halve the next preadv2 results this many times.
     pub pread_short: u32,
+    /// Faults for the next pwrite calls, in order: `Errno` fails the call
+    /// (nothing written), `Half` writes only the first half of the buffer.
+    pub pwrite_faults: Vec<Rewrite>,
+    /// Errors to return from the next sync_file_range calls.
+    pub sync_errors: Vec<i32>,
     /// Log of every call made, by name.
     pub log: Vec<&'static str>,
 }
@@ -181,10 +194,10 @@ impl Syscalls for FaultSys {
     }
     fn completion(&mut self, user_data: u64, res: &mut i32) {
         let mut plan = self.0.lock().unwrap();
-        if user_data & 3 == 1 && !plan.wait_results.is_empty() {
+        if user_data & 7 == 1 && !plan.wait_results.is_empty() {
             *res = -plan.wait_results.remove(0);
         }
-        if user_data & 3 == 0 && !plan.io_results.is_empty() {
+        if user_data & 7 == 0 && !plan.io_results.is_empty() {
             match plan.io_results.remove(0) {
                 Rewrite::Errno(e) => *res = -e,
                 Rewrite::Half => {
@@ -223,6 +236,33 @@ impl Syscalls for FaultSys {
             }
         }
         RealSyscalls.preadv2(fd, buf, off, flags)
+    }
+    fn pwrite(&mut self, fd: i32, buf: &[u8], off: u64) -> std::io::Result<usize> {
+        {
+            let mut plan = self.0.lock().unwrap();
+            plan.log.push("pwrite");
+            if !plan.pwrite_faults.is_empty() {
+                match plan.pwrite_faults.remove(0) {
+                    Rewrite::Errno(e) => return Err(std::io::Error::from_raw_os_error(e)),
+                    Rewrite::Half if buf.len() > 1 => {
+                        return RealSyscalls.pwrite(fd, &buf[..buf.len() / 2], off);
+                    }
+                    Rewrite::Half => {}
+                }
+            }
+        }
+        RealSyscalls.pwrite(fd, buf, off)
+    }
+    fn sync_file_range_write(&mut self, fd: i32, off: u64, len: u64) -> std::io::Result<()> {
+        {
+            let mut plan = self.0.lock().unwrap();
+            plan.log.push("sync_file_range");
+            if !plan.sync_errors.is_empty() {
+                let e = plan.sync_errors.remove(0);
+                return Err(std::io::Error::from_raw_os_error(e));
+            }
+        }
+        RealSyscalls.sync_file_range_write(fd, off, len)
     }
     fn cachestat(
         &mut self,

@@ -1,0 +1,116 @@
+//! The ring-timeout wait strategy on the real kernel: it waits until the
+//! deadline on the throttler's clock, on the ring (an `io_uring_enter` per
+//! wait), with the lease parked; without io_uring it falls back to
+//! `clock_nanosleep` and says why.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use common::*;
+use slotring_throttle::{
+    LeaseHook, MonotonicClock, Throttle, Throttler, UNLIMITED_BLOCK, WaitStrategy,
+    install_lease_hook,
+};
+use slotring_uring::{RingWait, Syscalls};
+
+/// Counts parks of a pretend lease held by every thread.
+struct Parks(AtomicU64);
+impl LeaseHook for Parks {
+    fn park_current(&self) -> bool {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        true
+    }
+    fn unpark_current(&self) {}
+}
+static PARKS: Parks = Parks(AtomicU64::new(0));
+
+fn seam(plan: &Arc<std::sync::Mutex<Plan>>) -> Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync> {
+    let p = plan.clone();
+    Arc::new(move || -> Box<dyn Syscalls> { Box::new(FaultSys(p.clone())) })
+}
+
+#[test]
+fn ring_waits_reach_the_deadline_on_the_ring_with_the_lease_parked() {
+    install_lease_hook(&PARKS);
+    let plan = fault_plan();
+    let w = RingWait::with_syscalls(seam(&plan)).unwrap();
+    let clock = MonotonicClock::shared();
+    let parks = PARKS.0.load(Ordering::SeqCst);
+    for _ in 0..20 {
+        let deadline = clock.now_ns() + 500_000;
+        w.wait_until(clock.as_ref(), deadline).unwrap();
+        assert!(clock.now_ns() >= deadline, "woke before the deadline");
+    }
+    assert!(
+        PARKS.0.load(Ordering::SeqCst) - parks >= 20,
+        "the lease was parked for every wait"
+    );
+    let enters = plan
+        .lock()
+        .unwrap()
+        .log
+        .iter()
+        .filter(|&&c| c == "io_uring_enter")
+        .count();
+    assert!(enters >= 20, "every wait entered the ring: {enters}");
+    // A deadline already past returns at once, without the ring.
+    w.wait_until(clock.as_ref(), clock.now_ns() - 1).unwrap();
+}
+
+#[test]
+fn a_throttler_with_the_ring_wait_waits_its_deficit() {
+    let w = Arc::new(RingWait::new().unwrap());
+    let t = Throttler::builder(10 << 20)
+        .burst(std::time::Duration::from_millis(1))
+        .wait_strategy(w)
+        .build()
+        .unwrap();
+    let clock = t.clock().clone();
+    let start = clock.now_ns();
+    // 10 KiB of burst, then 1 MiB at 10 MiB/s: at least ~100 ms.
+    assert!(!t.throttle(10 << 10, UNLIMITED_BLOCK).unwrap());
+    assert!(t.throttle(1 << 20, UNLIMITED_BLOCK).unwrap());
+    let waited = clock.now_ns() - start;
+    assert!(waited >= 100_000_000, "{waited} ns");
+}
+
+#[test]
+fn without_io_uring_the_wait_falls_back_to_nanosleep_and_says_why() {
+    let plan = fault_plan();
+    plan.lock().unwrap().setup_errno = Some(libc::EPERM);
+    let err = RingWait::with_syscalls(seam(&plan)).unwrap_err();
+    assert!(err.to_string().contains("unavailable"), "{err}");
+    // Made where a ring could be set up; then io_uring goes away. A thread
+    // that waits for the first time now cannot make its ring: it waits on
+    // clock_nanosleep, still to the deadline, and the reason is recorded.
+    plan.lock().unwrap().setup_errno = None;
+    let w = RingWait::with_syscalls(seam(&plan)).unwrap();
+    plan.lock().unwrap().setup_errno = Some(libc::EPERM);
+    let enters_before = plan
+        .lock()
+        .unwrap()
+        .log
+        .iter()
+        .filter(|&&c| c == "io_uring_enter")
+        .count();
+    std::thread::spawn(move || {
+        let clock = MonotonicClock::shared();
+        for _ in 0..3 {
+            let deadline = clock.now_ns() + 300_000;
+            w.wait_until(clock.as_ref(), deadline).unwrap();
+            assert!(clock.now_ns() >= deadline);
+        }
+    })
+    .join()
+    .unwrap();
+    let log = plan.lock().unwrap().log.clone();
+    assert_eq!(
+        log.iter().filter(|&&c| c == "io_uring_enter").count(),
+        enters_before,
+        "no ring was entered: {log:?}"
+    );
+    let why = RingWait::fallback_reason().expect("the reason is recorded");
+    assert!(why.contains("io_uring"), "{why}");
+}

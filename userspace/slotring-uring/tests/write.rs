@@ -1,0 +1,455 @@
+//! Paced writeback on the real kernel and a real filesystem, both engines:
+//! the bytes are right, a paced write has started the writeback of all it
+//! dirtied when it returns (so the disk has them before the next 100 ms
+//! window of the limit), large writes are paced piece by piece, and every
+//! write fault (`ENOSPC` on a real loop-mounted filesystem, `EIO` and short
+//! writes through the seam, a file truncated under the writer) ends in a
+//! typed error or result that reports exactly what was written.
+
+mod common;
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use slotring_throttle::{ThrottlePtr, Throttler};
+use slotring_uring::{
+    IoEngine, Policy, PreadEngine, RingConfig, UringEngine, UringError, UringFile,
+};
+
+const MIB: usize = 1 << 20;
+/// The engines' piece size (`policy::WRITEBACK_PIECE`).
+const PIECE: usize = 256 << 10;
+
+fn uring(policy: Policy) -> Box<dyn IoEngine> {
+    let cfg = RingConfig {
+        policy,
+        ..RingConfig::default()
+    };
+    Box::new(UringEngine::new(&cfg).expect("io_uring is enabled on this machine"))
+}
+
+fn pread(policy: Policy) -> Box<dyn IoEngine> {
+    Box::new(PreadEngine::new(policy))
+}
+
+fn unpaced() -> Policy {
+    Policy {
+        pace_writeback: false,
+        ..Policy::default()
+    }
+}
+
+/// A block-device write limit of `rate` bytes/s with a 100 ms burst.
+fn disk_limit(rate: u64) -> ThrottlePtr {
+    Arc::new(
+        Throttler::builder(rate)
+            .burst(Duration::from_millis(100))
+            .limits_block_device_bandwidth(true)
+            .build()
+            .unwrap(),
+    )
+}
+
+/// An empty file on a disk filesystem (never tmpfs).
+fn empty_disk_file() -> (Arc<UringFile>, tempfile::TempPath) {
+    let tmp = tempfile::Builder::new()
+        .prefix("slotring-write-")
+        .tempfile_in(disk_dir())
+        .unwrap();
+    let (f, path) = tmp.into_parts();
+    drop(f);
+    (UringFile::new(open_rw(&path)).unwrap(), path)
+}
+
+/// Write `data` at 0 with `e` under `limit`; then check what the page cache
+/// holds at once and after the writeback, and that the bytes came back from
+/// the disk. Returns the dirty pages found right after the write returned.
+fn write_then_check_disk(e: &mut dyn IoEngine, data: &[u8], limit: &ThrottlePtr) -> u64 {
+    let (f, _path) = empty_disk_file();
+    let (r, _) = e.write_at(&f, data.to_vec(), 0, Some(limit), NO_CAP);
+    assert_eq!(r.unwrap(), data.len());
+    let dirty_at_return = cache_stat(&f, 0, data.len() as u64).nr_dirty;
+    // Let whatever writeback was started finish (bounded; not a timing
+    // assert: the bound only keeps a broken kernel from hanging the test).
+    let t0 = Instant::now();
+    while cache_stat(&f, 0, data.len() as u64).nr_writeback > 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "writeback never ended"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if dirty_at_return == 0 {
+        // Clean pages can be dropped; then every byte read comes from the disk.
+        f.evict().unwrap();
+        assert_eq!(
+            cached_pages(&f, 0, data.len() as u64),
+            0,
+            "pages stayed cached"
+        );
+    }
+    let mut back = vec![0; data.len()];
+    f.file().read_exact_at(&mut back, 0).unwrap();
+    assert!(back == data, "the file holds other bytes than written");
+    dirty_at_return
+}
+
+fn paced_writes_reach_the_disk(make: fn(Policy) -> Box<dyn IoEngine>) {
+    let data = pattern(MIB, 7);
+    let limit = disk_limit(32 << 20);
+    let mut e = make(Policy::default());
+    assert_eq!(
+        write_then_check_disk(e.as_mut(), &data, &limit),
+        0,
+        "a paced write returned with dirty pages whose writeback it had not started"
+    );
+    let wb = e.counters();
+    assert_eq!(wb.paced_bytes, MIB as u64);
+    assert_eq!(wb.writeback_submissions, (MIB / PIECE) as u64, "{wb:?}");
+    assert_eq!(wb.writeback_errors, 0);
+    assert!(wb.dirty_high_water_bytes <= PIECE as u64, "{wb:?}");
+    assert_eq!(e.counters().write_bytes, MIB as u64);
+    // The same write without pacing leaves its pages to the kernel's flush:
+    // what this test catches when pacing is broken.
+    let mut plain = make(unpaced());
+    assert!(write_then_check_disk(plain.as_mut(), &data, &limit) > 0);
+    assert_eq!(plain.counters().paced_bytes, 0);
+}
+
+#[test]
+fn uring_paced_writes_reach_the_disk_before_the_next_window() {
+    paced_writes_reach_the_disk(uring);
+}
+
+#[test]
+fn pread_paced_writes_reach_the_disk_before_the_next_window() {
+    paced_writes_reach_the_disk(pread);
+}
+
+/// At 8 MiB/s with a 1 ms burst, a 1 MiB write is four pieces, each booked
+/// on its own: the writer waits between them instead of dirtying 1 MiB at
+/// once, and never has more than a piece dirty and unsubmitted.
+fn large_writes_go_in_booked_pieces(make: fn(Policy) -> Box<dyn IoEngine>) {
+    let limit: ThrottlePtr = Arc::new(
+        Throttler::builder(8 << 20)
+            .burst(Duration::from_millis(1))
+            .limits_block_device_bandwidth(true)
+            .build()
+            .unwrap(),
+    );
+    let (f, _path) = empty_disk_file();
+    let data = pattern(MIB, 8);
+    let mut e = make(Policy::default());
+    let (r, _) = e.write_at(&f, data.clone(), 4096, Some(&limit), NO_CAP);
+    assert_eq!(r.unwrap(), MIB);
+    let c = e.counters();
+    assert!(
+        c.waits_submitted >= 3,
+        "one wait per piece after the first: {c:?}"
+    );
+    let wb = e.counters();
+    assert_eq!(wb.writeback_submissions, 4, "{wb:?}");
+    assert!(wb.dirty_high_water_bytes <= PIECE as u64, "{wb:?}");
+    let mut back = vec![0; MIB];
+    f.file().read_exact_at(&mut back, 4096).unwrap();
+    assert!(back == data);
+}
+
+#[test]
+fn uring_large_writes_go_in_booked_pieces() {
+    large_writes_go_in_booked_pieces(uring);
+}
+
+#[test]
+fn pread_large_writes_go_in_booked_pieces() {
+    large_writes_go_in_booked_pieces(pread);
+}
+
+fn fault_engine(kind: &str, plan: &std::sync::Arc<std::sync::Mutex<Plan>>) -> Box<dyn IoEngine> {
+    match kind {
+        "uring" => Box::new(
+            UringEngine::with_syscalls(&RingConfig::default(), Box::new(FaultSys(plan.clone())))
+                .unwrap(),
+        ),
+        _ => Box::new(PreadEngine::with_syscalls(
+            Policy::default(),
+            Box::new(FaultSys(plan.clone())),
+        )),
+    }
+}
+
+/// The typed error of a failed write: file, offset reached, bytes written.
+fn write_error(r: Result<usize, UringError>) -> (String, u64, u64, u64, std::io::Error) {
+    match r {
+        Err(UringError::Write {
+            file,
+            offset,
+            len,
+            written,
+            source,
+        }) => (file, offset, len, written, source),
+        other => panic!("expected UringError::Write, got {other:?}"),
+    }
+}
+
+#[test]
+fn eio_after_a_short_write_names_file_offset_and_written_bytes() {
+    for kind in ["uring", "pread"] {
+        let (f, path) = empty_disk_file();
+        let plan = fault_plan();
+        {
+            let mut p = plan.lock().unwrap();
+            // The ring: the first write CQE reports half, the continuation EIO.
+            p.io_results = vec![Rewrite::Half, Rewrite::Errno(libc::EIO)];
+            // pread: the first pwrite writes half, the next fails.
+            p.pwrite_faults = vec![Rewrite::Half, Rewrite::Errno(libc::EIO)];
+        }
+        let mut e = fault_engine(kind, &plan);
+        let limit = disk_limit(1 << 30);
+        let data = pattern(200 << 10, 9);
+        let off = 8192u64;
+        let (r, _) = e.write_at(&f, data.clone(), off, Some(&limit), NO_CAP);
+        let (file, at, len, written, source) = write_error(r);
+        assert_eq!(file, path.display().to_string(), "{kind}");
+        assert_eq!(len, data.len() as u64);
+        assert_eq!(written, data.len() as u64 / 2, "{kind}");
+        assert_eq!(at, off + written, "{kind}");
+        assert_eq!(source.raw_os_error(), Some(libc::EIO), "{kind}");
+        assert_eq!(
+            e.counters().write_bytes,
+            written,
+            "{kind}: written bytes accounted"
+        );
+        assert_eq!(e.counters().writes, 0, "{kind}: no write reported complete");
+        let mut back = vec![0; written as usize];
+        f.file().read_exact_at(&mut back, off).unwrap();
+        assert!(
+            back == data[..written as usize],
+            "{kind}: the written half is in the file"
+        );
+    }
+}
+
+#[test]
+fn short_writes_are_continued_and_paced() {
+    for kind in ["uring", "pread"] {
+        let (f, _path) = empty_disk_file();
+        let plan = fault_plan();
+        {
+            let mut p = plan.lock().unwrap();
+            p.io_results = vec![Rewrite::Half, Rewrite::Half];
+            p.pwrite_faults = vec![Rewrite::Half, Rewrite::Half];
+        }
+        let mut e = fault_engine(kind, &plan);
+        let limit = disk_limit(1 << 30);
+        let data = pattern(300 << 10, 10);
+        let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
+        assert_eq!(r.unwrap(), data.len(), "{kind}");
+        assert_eq!(e.counters().short_reads, 2, "{kind}");
+        assert_eq!(e.counters().write_bytes, data.len() as u64, "{kind}");
+        assert_eq!(e.counters().paced_bytes, data.len() as u64, "{kind}");
+        if kind == "pread" {
+            // Really short: the continuation dirties new pages, which the
+            // piece's writeback takes. (On the ring the seam only rewrites
+            // the CQE of a full write, so the continuation overwrites pages
+            // whose writeback is in flight, which SYNC_FILE_RANGE_WRITE
+            // leaves dirty for the kernel's flush: see README's limits.)
+            assert_eq!(
+                cache_stat(&f, 0, data.len() as u64).nr_dirty,
+                0,
+                "{kind}: all paced"
+            );
+        }
+        let mut back = vec![0; data.len()];
+        f.file().read_exact_at(&mut back, 0).unwrap();
+        assert!(back == data, "{kind}");
+    }
+}
+
+#[test]
+fn a_refused_writeback_fails_no_write() {
+    let (f, _path) = empty_disk_file();
+    let plan = fault_plan();
+    plan.lock().unwrap().sync_errors = vec![libc::EIO];
+    let mut e = fault_engine("pread", &plan);
+    let limit = disk_limit(1 << 30);
+    let data = pattern(64 << 10, 11);
+    let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
+    assert_eq!(r.unwrap(), data.len());
+    assert_eq!(e.counters().writeback_errors, 1);
+}
+
+/// A file truncated between the pieces of a paced write: the kernel does
+/// not fail the later pieces (they extend the file again), and the engine
+/// reports exactly the bytes the kernel wrote; the pieces after the
+/// truncation are in the file.
+#[test]
+fn a_file_truncated_while_written_reports_what_the_kernel_wrote() {
+    for make in [uring as fn(Policy) -> Box<dyn IoEngine>, pread] {
+        let (f, path) = empty_disk_file();
+        // 4 MiB/s with a 1 ms burst: the four pieces of 1 MiB are ~60 ms apart.
+        let limit: ThrottlePtr = Arc::new(
+            Throttler::builder(4 << 20)
+                .burst(Duration::from_millis(1))
+                .limits_block_device_bandwidth(true)
+                .build()
+                .unwrap(),
+        );
+        let data = pattern(MIB, 12);
+        let truncator = {
+            let path = path.to_path_buf();
+            std::thread::spawn(move || {
+                // Wait until the first piece is in, then cut the file to 0.
+                let t0 = Instant::now();
+                while std::fs::metadata(&path).unwrap().len() < PIECE as u64 {
+                    assert!(t0.elapsed() < Duration::from_secs(10));
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(0)
+                    .unwrap();
+            })
+        };
+        let mut e = make(Policy::default());
+        let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
+        truncator.join().unwrap();
+        assert_eq!(r.unwrap(), MIB);
+        assert_eq!(e.counters().write_bytes, MIB as u64);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), MIB as u64);
+        // The last piece was written after the cut: it is there.
+        let mut back = vec![0; PIECE];
+        f.file()
+            .read_exact_at(&mut back, (MIB - PIECE) as u64)
+            .unwrap();
+        assert!(back == data[MIB - PIECE..]);
+    }
+}
+
+/// A loop-mounted ext4 image, unmounted (and its loop device detached)
+/// however the test ends.
+struct LoopFs {
+    dir: tempfile::TempDir,
+    image: tempfile::TempPath,
+    mounted: bool,
+}
+
+impl LoopFs {
+    fn new(size: &str) -> anyhow::Result<Self> {
+        let image = tempfile::Builder::new()
+            .prefix("slotring-enospc-")
+            .suffix(".img")
+            .tempfile_in(disk_dir())?
+            .into_temp_path();
+        let dir = tempfile::tempdir_in(disk_dir())?;
+        let mut fs = LoopFs {
+            dir,
+            image,
+            mounted: false,
+        };
+        run("truncate", &["-s", size, &fs.image.display().to_string()])?;
+        run(
+            "mkfs.ext4",
+            &["-q", "-F", "-m", "0", &fs.image.display().to_string()],
+        )?;
+        run(
+            "mount",
+            &[
+                "-o",
+                "loop",
+                &fs.image.display().to_string(),
+                &fs.dir.path().display().to_string(),
+            ],
+        )?;
+        fs.mounted = true;
+        Ok(fs)
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        if self.mounted {
+            // `mount -o loop` sets autoclear: unmounting detaches the device.
+            let _ = Command::new("umount").arg(self.dir.path()).status();
+        }
+    }
+}
+
+fn run(cmd: &str, args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .map_err(|e| anyhow::anyhow!("{cmd} could not be started: {e}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{cmd} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+#[test]
+fn enospc_on_a_full_filesystem_reports_what_was_written() {
+    if !nix::unistd::geteuid().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root: the ENOSPC test needs mount"
+        );
+        eprintln!("skipped: mounting a loop filesystem needs root");
+        return;
+    }
+    let fs = match LoopFs::new("4M") {
+        Ok(fs) => fs,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipped: no loop filesystem here ({e:#})");
+            return;
+        }
+        Err(e) => panic!("a loop filesystem is needed in CI: {e:#}"),
+    };
+    for (i, make) in [uring as fn(Policy) -> Box<dyn IoEngine>, pread]
+        .into_iter()
+        .enumerate()
+    {
+        let path: PathBuf = fs.path().join(format!("full-{i}"));
+        let f = UringFile::new(
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&path)
+                .unwrap(),
+        )
+        .unwrap();
+        let limit = disk_limit(1 << 30);
+        let data = pattern(8 * MIB, 13);
+        let mut e = make(Policy::default());
+        let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
+        let (file, at, len, written, source) = write_error(r);
+        assert_eq!(source.raw_os_error(), Some(libc::ENOSPC), "{source}");
+        assert_eq!(file, path.display().to_string());
+        assert_eq!(len, data.len() as u64);
+        assert!(written > 0 && written < len, "{written}");
+        assert_eq!(at, written);
+        assert_eq!(e.counters().write_bytes, written);
+        assert_eq!(e.counters().writes, 0);
+        // Nothing is reported written that is not in the file.
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), written);
+        let mut back = vec![0; written as usize];
+        f.file().read_exact_at(&mut back, 0).unwrap();
+        assert!(back == data[..written as usize]);
+        drop(f);
+        std::fs::remove_file(&path).unwrap();
+    }
+}
