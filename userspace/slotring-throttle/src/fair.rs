@@ -364,6 +364,32 @@ impl FairQueue {
         })
     }
 
+    /// Take `ticket` of `tenant` out of the order without dispatching it in
+    /// turn (its caller stopped waiting: its `max_block` ran out). `V` does
+    /// not move; the tenant's later requests keep their tags, so it gives up
+    /// the place, never gains one. Returns whether the ticket was queued.
+    pub fn remove(&mut self, tenant: &Tenant, ticket: Ticket) -> bool {
+        let id = tenant.id();
+        let Some(st) = self.tenants.get_mut(&id) else {
+            return false;
+        };
+        let Some(pos) = st.queue.iter().position(|p| p.ticket == ticket) else {
+            return false;
+        };
+        let p = st.queue.remove(pos).expect("the position was just found");
+        if pos == 0 {
+            self.heads.remove(&(p.start, p.ticket));
+            match st.queue.front() {
+                Some(next) => {
+                    self.heads.insert((next.start, next.ticket), id);
+                }
+                None => self.active_weight -= u64::from(st.weight),
+            }
+        }
+        self.pending -= 1;
+        true
+    }
+
     /// Forget idle tenants whose finish tag lies at or below `V`. Such a
     /// tenant returns at `V − τ_v`, where keeping it would have given
     /// `max(F_t, V − τ_v)`: at most the catch-up bound it may have anyway.
@@ -473,11 +499,17 @@ impl FairGate {
     /// under the lock so that charges follow the fair order. `charge`
     /// returns the booking's end (clock ns); returns `now()` at the turn and
     /// what `charge` returned.
+    ///
+    /// A caller still queued at `give_up_at` (its `max_block` from the call,
+    /// on the throttler's clock) leaves the queue and charges at once, out of
+    /// order: like the bucket's own wait, a turn never takes longer than
+    /// `max_block`, and the tokens are still charged exactly once.
     pub(crate) fn enter<T>(
         &self,
         tenant: &Tenant,
         cost: u64,
         rate: u64,
+        give_up_at: u64,
         now: &dyn Fn() -> u64,
         charge: impl FnOnce(u64) -> Result<(u64, T), ThrottleError>,
     ) -> Result<(u64, T), ThrottleError> {
@@ -490,8 +522,13 @@ impl FairGate {
             let t = now();
             let head = st.queue.peek() == Some(ticket);
             let until = self.booked_until.load(Ordering::Acquire);
-            if head && until <= t.saturating_add(self.horizon_ns) {
-                st.queue.pop();
+            let turn = head && until <= t.saturating_add(self.horizon_ns);
+            if turn || t >= give_up_at {
+                if turn {
+                    st.queue.pop();
+                } else {
+                    st.queue.remove(tenant, ticket);
+                }
                 st.parked.remove(&ticket);
                 let charged = charge(t);
                 if let Ok((end, _)) = &charged {
@@ -506,12 +543,17 @@ impl FairGate {
             // time on the throttler's clock, which cannot wake it: a clock
             // that jumps, like a test's manual one, is noticed at the next
             // timeout or wake-up); the others until they become the head.
-            let timeout = head.then(|| {
-                until
-                    .saturating_sub(self.horizon_ns)
-                    .saturating_sub(t)
-                    .clamp(10_000, 1_000_000_000)
-            });
+            let give_up = (give_up_at != u64::MAX).then(|| give_up_at.saturating_sub(t));
+            let timeout = head
+                .then(|| {
+                    until
+                        .saturating_sub(self.horizon_ns)
+                        .saturating_sub(t)
+                        .clamp(10_000, 1_000_000_000)
+                })
+                .into_iter()
+                .chain(give_up.map(|ns| ns.max(10_000)))
+                .min();
             drop(st);
             match timeout {
                 Some(ns) => std::thread::park_timeout(Duration::from_nanos(ns)),

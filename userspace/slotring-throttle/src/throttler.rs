@@ -560,9 +560,13 @@ impl Throttler {
             return Ok(f);
         };
         let (cost, rate) = self.fair_cost(amount);
+        let give_up_at = match u64::try_from(max_block.as_nanos()) {
+            Ok(ns) if max_block != UNLIMITED_BLOCK => call.saturating_add(ns),
+            _ => u64::MAX,
+        };
         let (_, f) = self
             .gate
-            .enter(&tenant, cost, rate, &|| self.now(), charge)?;
+            .enter(&tenant, cost, rate, give_up_at, &|| self.now(), charge)?;
         tenant.record(amount, f.wait_ns.saturating_add(f.turn_ns - call));
         Ok(f)
     }

@@ -400,6 +400,48 @@ fn a_waiting_tenant_overtakes_another_tenants_queue_in_blocking_waits() {
 }
 
 #[test]
+fn a_turn_never_waits_longer_than_max_block() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let gated = Arc::new(Gated::default());
+    let t = Arc::new(
+        Throttler::builder(1000)
+            .clock(clock.clone())
+            .burst(Duration::ZERO)
+            .wait_strategy(gated.clone())
+            .build()
+            .unwrap(),
+    );
+    let a = Tenant::new("a", 1).unwrap();
+    let b = Tenant::new("b", 1).unwrap();
+    let spawn = |tenant: &Tenant, amount: u64, max_block: Duration| {
+        let (t, tenant) = (t.clone(), tenant.clone());
+        std::thread::spawn(move || t.throttle_as(&tenant, amount, max_block).unwrap())
+    };
+    // a books one second ahead, far past the horizon: the gate closes.
+    let mut threads = vec![spawn(&a, 1000, UNLIMITED_BLOCK)];
+    spin_until("a's first request books", || gated.waiting() == 1);
+    threads.push(spawn(&a, 10, UNLIMITED_BLOCK));
+    spin_until("a queues", || t.fair_queued() == 1);
+    threads.push(spawn(&b, 10, Duration::from_millis(50)));
+    spin_until("b queues", || t.fair_queued() == 2);
+    // Its turn would come only when a's booking ends within the horizon
+    // (~1 s); after its max_block it charges out of order instead.
+    clock.advance(60_000_000);
+    spin_until("b leaves the queue and books", || gated.waiting() == 2);
+    assert_eq!(t.fair_queued(), 1, "a's second request keeps its place");
+    assert_eq!(gated.order(), ["a", "b"]);
+    for _ in 0..3 {
+        gated.release_one();
+    }
+    clock.advance(2 * SEC);
+    for th in threads {
+        th.join().unwrap();
+    }
+    assert_eq!(t.count(), 1020, "every request charged exactly once");
+    assert_eq!(t.fair_queued(), 0);
+}
+
+#[test]
 fn without_a_tenant_waits_are_todays_to_the_nanosecond() {
     let c1 = Arc::new(ManualClock::new(T0));
     let c2 = Arc::new(ManualClock::new(T0));
