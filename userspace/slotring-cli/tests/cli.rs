@@ -1779,6 +1779,21 @@ fn ctrl_c_is_timely_under_a_one_byte_per_second_throttle() {
 }
 
 #[test]
+fn ctrl_c_is_timely_while_tenants_queue_for_their_fair_turn() {
+    // 21 scan threads of three tenants, each 256 KiB read ~100 ms of the
+    // rate: queued one behind another in the throttler's fair order they
+    // would take ~2 s to get through; stopping releases the queue instead.
+    interrupted_within_a_second(&[
+        "--duration",
+        "60s",
+        "--scan-threads",
+        "16,4,1",
+        "--max-local-read-bandwidth",
+        "2560KiB",
+    ]);
+}
+
+#[test]
 fn ctrl_c_is_timely_during_long_cpu_work_and_slot_waits() {
     // One slot for 12 threads, each holding it for an hour of CPU work.
     interrupted_within_a_second(&[

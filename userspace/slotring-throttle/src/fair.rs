@@ -461,6 +461,8 @@ impl GateState {
 /// tokens are charged only by the bucket, exactly once per request.
 #[derive(Debug)]
 pub(crate) struct FairGate {
+    /// Set once by [`FairGate::release`]: nobody waits for a turn any more.
+    released: crate::sync::AtomicBool,
     queued: crate::sync::AtomicU64,
     booked_until: crate::sync::AtomicU64,
     horizon_ns: u64,
@@ -470,6 +472,7 @@ pub(crate) struct FairGate {
 impl FairGate {
     pub(crate) fn new(tau: Duration) -> Result<Self, ThrottleError> {
         Ok(Self {
+            released: crate::sync::AtomicBool::new(false),
             queued: crate::sync::AtomicU64::new(0),
             booked_until: crate::sync::AtomicU64::new(0),
             horizon_ns: u64::try_from(tau.as_nanos()).unwrap_or(u64::MAX),
@@ -484,8 +487,9 @@ impl FairGate {
     /// bookings end within the horizon.
     pub(crate) fn open(&self, now: u64) -> bool {
         use crate::sync::Ordering;
-        self.queued.load(Ordering::Acquire) == 0
-            && self.booked_until.load(Ordering::Acquire) <= now.saturating_add(self.horizon_ns)
+        self.released.load(Ordering::Acquire)
+            || self.queued.load(Ordering::Acquire) == 0
+                && self.booked_until.load(Ordering::Acquire) <= now.saturating_add(self.horizon_ns)
     }
 
     /// Record a booking that ends at `deadline`.
@@ -500,16 +504,14 @@ impl FairGate {
     /// returns the booking's end (clock ns); returns `now()` at the turn and
     /// what `charge` returned.
     ///
-    /// A caller still queued at `give_up_at` (its `max_block` from the call,
-    /// on the throttler's clock) leaves the queue and charges at once, out of
-    /// order: like the bucket's own wait, a turn never takes longer than
-    /// `max_block`, and the tokens are still charged exactly once.
+    /// Once the gate is [released](FairGate::release), a queued caller
+    /// leaves the queue and charges at once, out of order (the tokens are
+    /// still charged exactly once).
     pub(crate) fn enter<T>(
         &self,
         tenant: &Tenant,
         cost: u64,
         rate: u64,
-        give_up_at: u64,
         now: &dyn Fn() -> u64,
         charge: impl FnOnce(u64) -> Result<(u64, T), ThrottleError>,
     ) -> Result<(u64, T), ThrottleError> {
@@ -523,7 +525,7 @@ impl FairGate {
             let head = st.queue.peek() == Some(ticket);
             let until = self.booked_until.load(Ordering::Acquire);
             let turn = head && until <= t.saturating_add(self.horizon_ns);
-            if turn || t >= give_up_at {
+            if turn || self.released.load(Ordering::Acquire) {
                 if turn {
                     st.queue.pop();
                 } else {
@@ -543,23 +545,30 @@ impl FairGate {
             // time on the throttler's clock, which cannot wake it: a clock
             // that jumps, like a test's manual one, is noticed at the next
             // timeout or wake-up); the others until they become the head.
-            let give_up = (give_up_at != u64::MAX).then(|| give_up_at.saturating_sub(t));
-            let timeout = head
-                .then(|| {
-                    until
-                        .saturating_sub(self.horizon_ns)
-                        .saturating_sub(t)
-                        .clamp(10_000, 1_000_000_000)
-                })
-                .into_iter()
-                .chain(give_up.map(|ns| ns.max(10_000)))
-                .min();
+            let timeout = head.then(|| {
+                until
+                    .saturating_sub(self.horizon_ns)
+                    .saturating_sub(t)
+                    .clamp(10_000, 1_000_000_000)
+            });
             drop(st);
             match timeout {
                 Some(ns) => std::thread::park_timeout(Duration::from_nanos(ns)),
                 None => std::thread::park(),
             }
             st = crate::sync::lock(&self.state);
+        }
+    }
+
+    /// Give up the fair order for good (a service shutting down): every
+    /// queued caller charges at once, out of order, and later callers do not
+    /// queue. Tokens are still charged exactly once; the bucket's own waits
+    /// (bounded by `max_block`) are unaffected.
+    pub(crate) fn release(&self) {
+        self.released.store(true, crate::sync::Ordering::Release);
+        let mut st = crate::sync::lock(&self.state);
+        for (_, thread) in st.parked.drain() {
+            thread.unpark();
         }
     }
 

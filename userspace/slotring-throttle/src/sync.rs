@@ -4,12 +4,12 @@
 #[cfg(loom)]
 pub(crate) use loom::sync::Mutex;
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::Mutex;
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[cfg(not(loom))]
 pub(crate) use portable_atomic::AtomicU128;

@@ -560,13 +560,9 @@ impl Throttler {
             return Ok(f);
         };
         let (cost, rate) = self.fair_cost(amount);
-        let give_up_at = match u64::try_from(max_block.as_nanos()) {
-            Ok(ns) if max_block != UNLIMITED_BLOCK => call.saturating_add(ns),
-            _ => u64::MAX,
-        };
         let (_, f) = self
             .gate
-            .enter(&tenant, cost, rate, give_up_at, &|| self.now(), charge)?;
+            .enter(&tenant, cost, rate, &|| self.now(), charge)?;
         tenant.record(amount, f.wait_ns.saturating_add(f.turn_ns - call));
         Ok(f)
     }
@@ -581,6 +577,16 @@ impl Throttler {
     ) -> Result<bool, ThrottleError> {
         let _scope = tenant.enter();
         self.throttle(amount, max_block)
+    }
+
+    /// Give up the fair order between tenants for good, e.g. when the
+    /// service stops: callers queued for their turn charge at once, out of
+    /// order, and later callers do not queue. Tokens are still charged
+    /// exactly once; waits on the bucket itself stay bounded by `max_block`.
+    /// Ancestors keep their own order (release them too if they are shared
+    /// only by what is stopping).
+    pub fn release_fair_queue(&self) {
+        self.gate.release();
     }
 
     /// Requests waiting in the fair queue (not counting the one booked).

@@ -156,6 +156,9 @@ impl<'a> Sampler<'a> {
             std::thread::sleep(SAMPLE_PERIOD);
             self.sample();
             if self.live.stopping() {
+                // Reads queued for their fair turn go at once: stopping
+                // must not wait out the tenants' order.
+                self.live.read.release_fair_queue();
                 break;
             }
         }
