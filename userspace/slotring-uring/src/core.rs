@@ -43,9 +43,9 @@
 //! pieces of at most [`WRITEBACK_PIECE`] bytes: each piece is booked on the
 //! chain on its own (so a large write waits between its pieces instead of
 //! dirtying everything at once) and goes out as [`IoKind::PacedWrite`], the
-//! write linked to an `IORING_OP_SYNC_FILE_RANGE(WAIT_BEFORE | WRITE | WAIT_AFTER)` of
+//! write linked to an `IORING_OP_SYNC_FILE_RANGE(SYNC_FILE_RANGE_WRITE)` of
 //! what the request has written so far: the kernel starts the writeback as
-//! soon as the piece is in the page cache and waits for the device, so the disk receives the bytes
+//! soon as the piece is in the page cache, so the disk receives the bytes
 //! at the pace the throttle allows instead of at the flusher's times. The
 //! writeback's CQE ([`Tag::Writeback`]) changes no result: pacing is not
 //! durability, `fsync` stays the caller's, and a failed or cancelled
