@@ -15,8 +15,13 @@ use slotring_slots::{ConcurrencyControl, Scheduler};
 use slotring_throttle::{ThrottlePtr, Throttler, UNLIMITED_BLOCK};
 use slotring_uring::{IoEngine, RingConfig, UringEngine, UringFile};
 
-const RATE: u64 = 10 << 20; // 10 MiB/s
-const READ: usize = 2 << 20; // 2 MiB: a 200 ms wait once the burst is spent
+// 2 MiB at 2 MiB/s: a 1 s wait once the burst is spent. The verdict allows
+// 0.1 % of the parked time plus 100 us per park; a 200 ms wait left 300 us,
+// which one-off kernel costs under memory pressure (262-524 us measured in a
+// single episode) could exceed. A second keeps the test about CPU in
+// proportion to the wait.
+const RATE: u64 = 2 << 20; // 2 MiB/s
+const READ: usize = 2 << 20; // 2 MiB
 
 fn data_file() -> Result<std::path::PathBuf> {
     // On the real disk, not tmpfs: the io_uring read path differs there.
@@ -124,9 +129,9 @@ fn a_throttled_uring_read_parks_the_slot_and_costs_no_cpu() -> Result<()> {
     println!("{report}");
     let th = &report.threads[0];
     assert!(th.parks >= 1, "{report}");
-    // Lower bound only: 2 MiB at 10 MiB/s with the burst spent.
+    // Lower bound only: 2 MiB at 2 MiB/s with the burst spent.
     assert!(
-        th.parked_ns >= 150_000_000,
+        th.parked_ns >= 750_000_000,
         "parked for the throttle wait: {report}"
     );
     assert!(
