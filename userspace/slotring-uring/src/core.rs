@@ -1048,6 +1048,27 @@ impl Core {
         }
     }
 
+    /// One poll of request `id` by an async front end: reap and submit
+    /// until quiet (what this reap queues must reach the kernel before the
+    /// task sleeps), then its result if it is done, else register `waker`.
+    /// A ring that fails gives the request up to the engine (its buffer may
+    /// still be written by the kernel) and returns the error.
+    pub(crate) fn poll_progress(
+        &mut self,
+        id: SlotId,
+        waker: &Waker,
+    ) -> Option<crate::error::BufResult<usize, Vec<u8>>> {
+        if let Err(e) = self.flush() {
+            self.ignore(id);
+            return Some((Err(e), Vec::new()));
+        }
+        if let Some((result, buf, _)) = self.take(id) {
+            return Some((result, buf));
+        }
+        self.set_waker(id, waker);
+        None
+    }
+
     /// Collect a finished request whose chain is quiet: the result, the buffer
     /// and the last booked deadline. `None` if not yet collectable.
     pub(crate) fn take(&mut self, id: SlotId) -> Option<Taken> {
@@ -1145,5 +1166,27 @@ fn io_failed(io: IoSqe, res: i32) -> UringError {
         offset: io.offset,
         len: u64::from(io.len),
         source: io::Error::from_raw_os_error(-res),
+    }
+}
+
+/// Wait for the ring's eventfd to signal (async front ends): on readiness
+/// drain the counter, then clear readiness, so that the reap that follows
+/// sees every CQE posted before, and one posted in between raises a new edge.
+pub(crate) fn poll_eventfd(
+    efd: &tokio::io::unix::AsyncFd<nix::sys::eventfd::EventFd>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<Result<(), UringError>> {
+    use std::task::Poll;
+    match efd.poll_read_ready(cx) {
+        Poll::Ready(Ok(mut g)) => {
+            let _ = g.get_inner().read();
+            g.clear_ready();
+            Poll::Ready(Ok(()))
+        }
+        Poll::Ready(Err(source)) => Poll::Ready(Err(UringError::Ring {
+            what: "eventfd poll",
+            source,
+        })),
+        Poll::Pending => Poll::Pending,
     }
 }

@@ -426,39 +426,20 @@ impl Shard {
     fn poll_req(&self, id: SlotId, cx: &mut Context<'_>) -> Poll<BufResult<usize, Vec<u8>>> {
         let mut st = self.lock();
         loop {
-            // Reap and submit until quiet: what this reap queues must reach
-            // the kernel before the task sleeps.
-            if let Err(e) = st.core.flush() {
-                st.core.ignore(id);
-                return Poll::Ready((Err(e), Vec::new()));
+            if let Some(done) = st.core.poll_progress(id, cx.waker()) {
+                return Poll::Ready(done);
             }
-            if let Some((result, buf, _)) = st.core.take(id) {
-                return Poll::Ready((result, buf));
-            }
-            st.core.set_waker(id, cx.waker());
             let Wake::Reactor(efd) = &self.wake else {
                 // The reaper thread reaps after the next CQE and wakes us.
                 return Poll::Pending;
             };
             // Under the lock: the pump and the registration change together.
             st.pump = Some(id);
-            match efd.poll_read_ready(cx) {
-                Poll::Ready(Ok(mut g)) => {
-                    // Drain, then clear readiness; the reap at the top runs
-                    // after both, so a CQE posted in between is either
-                    // reaped or raises a new edge.
-                    let _ = g.get_inner().read();
-                    g.clear_ready();
-                }
-                Poll::Ready(Err(source)) => {
+            match crate::core::poll_eventfd(efd, cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => {
                     st.core.ignore(id);
-                    return Poll::Ready((
-                        Err(UringError::Ring {
-                            what: "eventfd poll",
-                            source,
-                        }),
-                        Vec::new(),
-                    ));
+                    return Poll::Ready((Err(e), Vec::new()));
                 }
                 Poll::Pending => return Poll::Pending,
             }

@@ -177,37 +177,15 @@ impl AsyncEngine {
 impl Inner {
     fn poll_req(&self, id: SlotId, cx: &mut Context<'_>) -> Poll<BufResult<usize, Vec<u8>>> {
         loop {
-            {
-                let mut core = self.core.borrow_mut();
-                // Reap and submit until quiet: what this reap queues must
-                // reach the kernel before the task sleeps.
-                if let Err(e) = core.flush() {
-                    core.ignore(id);
-                    return Poll::Ready((Err(e), Vec::new()));
-                }
-                if let Some((result, buf, _)) = core.take(id) {
-                    return Poll::Ready((result, buf));
-                }
-                core.set_waker(id, cx.waker());
+            if let Some(done) = self.core.borrow_mut().poll_progress(id, cx.waker()) {
+                return Poll::Ready(done);
             }
             self.pump.set(Some(id));
-            match self.efd.poll_read_ready(cx) {
-                Poll::Ready(Ok(mut g)) => {
-                    // Drain the counter, then clear readiness; the reap at the
-                    // top of the loop runs after both, so a CQE posted in
-                    // between is either reaped or raises a new edge.
-                    let _ = g.get_inner().read();
-                    g.clear_ready();
-                }
-                Poll::Ready(Err(source)) => {
+            match crate::core::poll_eventfd(&self.efd, cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => {
                     self.core.borrow_mut().ignore(id);
-                    return Poll::Ready((
-                        Err(UringError::Ring {
-                            what: "eventfd poll",
-                            source,
-                        }),
-                        Vec::new(),
-                    ));
+                    return Poll::Ready((Err(e), Vec::new()));
                 }
                 Poll::Pending => return Poll::Pending,
             }
