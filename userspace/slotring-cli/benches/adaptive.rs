@@ -6,12 +6,20 @@
 //!   up to 2 × cores slots, one thread per slot, releasing every 10 ms and
 //!   checkpointing `should_yield` every unit of work) plus short queries (a
 //!   pool of 4 threads, one query each per 20 ms: 10 units of work on a
-//!   non-competing slot; latency from its scheduled start).
+//!   non-competing slot; latency from its scheduled start). Three rounds of
+//!   3 s each of the static budget, a static budget of the cores (context:
+//!   `cores_work_per_s_cpu`, the best any budget does without a loop) and
+//!   the adaptive one, interleaved so other work on the machine meets all
+//!   three alike. The notes say how many CPUs the bench process got and
+//!   how many the machine left idle, and the budget's time at each level.
 //! * (b) `_hog`: the same, with `stress-ng --cpu 2×cores` started after 3 s
 //!   and stopped 6 s later; keys are measured over the hog's 6 s;
 //!   `adapt_settle_s` is the longer of the two settling times (after the
 //!   start, after the stop). Run twice: the hog in the workload's cgroup,
-//!   and in a sibling cgroup of its own (`…_own_cgroup`).
+//!   and in a sibling cgroup of its own (`…_own_cgroup`). Context keys
+//!   `floor_*_hog`: the physical floor without slotring (one plain thread
+//!   beside the hog: its run-queue share; the short queries alone beside
+//!   it: their p99).
 //! * (c) `_io`: `slotring run` (the IO-bound default workload) with
 //!   `--adaptive-budget` and `--no-adaptive-budget`.
 //!
@@ -19,7 +27,10 @@
 //! root (probes, cgroups). The whole bench runs in a cpu cgroup of its own
 //! with a large weight, so the other work on a shared machine disturbs it
 //! less; that cgroup's children hold the workload and, for the "own cgroup"
-//! variant, the hog.
+//! variant, the hog. Clean-up: stress-ng runs in a process group of its own
+//! that a guard kills (also on a panic's unwind) and stops by itself after
+//! 60 s; the cgroup directories are removed by guards, and a run killed
+//! outright leaves directories that the next run removes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -39,6 +50,9 @@ const SHORT_EVERY: Duration = Duration::from_millis(20);
 const SHORT_UNITS: u64 = 10;
 const QUANTUM: Duration = Duration::from_millis(10);
 const WINDOW: Duration = Duration::from_millis(100);
+/// Workload (a): interleaved rounds of each mode, seconds per run.
+const A_ROUNDS: usize = 3;
+const A_SECS: f64 = 3.0;
 
 fn unit() {
     let mut x = 0x9e37_79b9_u64;
@@ -79,6 +93,41 @@ impl Drop for Cg {
             }
         }
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Remove what a bench killed outright (no unwind) left behind: the
+/// `slotring-bench-<pid>` directories of processes that are gone, their
+/// leftover tasks (a stress-ng that outlived it) killed first.
+fn remove_stale(root: &Path) {
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return;
+    };
+    for e in dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("slotring-bench-") else {
+            continue;
+        };
+        if Path::new("/proc").join(pid).exists() {
+            continue;
+        }
+        let top = e.path();
+        for leaf in ["work", "hog", ""] {
+            let d = top.join(leaf);
+            let tasks = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+            for t in tasks.lines().filter_map(|t| t.parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(t),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            match std::fs::remove_dir(&d) {
+                Ok(()) => eprintln!("adaptive bench: removed the stale cgroup {}", d.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => eprintln!("adaptive bench: stale cgroup {}: {e}", d.display()),
+            }
+        }
     }
 }
 
@@ -138,6 +187,7 @@ fn cgroups() -> Result<Cgroups, String> {
             ),
         )
     };
+    remove_stale(&root);
     let pid = std::process::id();
     let err = |e: std::io::Error| format!("{}: {e}", root.display());
     let top = Cg::new(&root, &format!("slotring-bench-{pid}"), knob, big).map_err(err)?;
@@ -152,18 +202,100 @@ fn cgroups() -> Result<Cgroups, String> {
     })
 }
 
-/// `stress-ng --cpu n`, started inside `cg` (moved before it execs).
-fn hog(n: usize, cg: &Path) -> Child {
+/// `stress-ng --cpu n`, started inside `cg` (moved before it execs), in a
+/// process group of its own. Dropping it (also on a panic's unwind) kills
+/// the whole group, workers included, and waits until it is gone; stress-ng
+/// also stops by itself after 60 s should the bench be killed outright.
+struct Hog {
+    child: Child,
+}
+
+fn hog(n: usize, cg: &Path) -> Hog {
+    use std::os::unix::process::CommandExt;
     let script = format!(
         "echo $$ > {}/cgroup.procs && exec stress-ng --cpu {n} --timeout 60s --quiet",
         cg.display()
     );
-    Command::new("sh")
+    let child = Command::new("sh")
         .args(["-c", &script])
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("stress-ng (apt-get install stress-ng)")
+        .expect("stress-ng (apt-get install stress-ng)");
+    Hog { child }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        use nix::sys::signal::{Signal, killpg};
+        let pg = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = killpg(pg, Signal::SIGKILL);
+        let _ = self.child.wait();
+        // The workers are the group's other members: wait until none is left.
+        let t = Instant::now();
+        while killpg(pg, None).is_ok() && t.elapsed() < Duration::from_secs(5) {
+            let _ = killpg(pg, Signal::SIGKILL);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if killpg(pg, None).is_ok() {
+            eprintln!("adaptive bench: stress-ng process group {pg} survived SIGKILL for 5 s");
+        }
+    }
+}
+
+// ---- the physical floor of (b), without slotring -----------------------
+
+/// On-CPU and run-queue ns of one thread of this process (`schedstat`).
+fn schedstat(tid: nix::unistd::Pid) -> (u64, u64) {
+    let s = std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .expect("schedstat (CONFIG_SCHED_INFO)");
+    let mut it = s.split_whitespace().map(|x| x.parse::<u64>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+/// What (b) allows at best, with no slotring and no scan: one plain
+/// CPU-bound thread beside the hog (its run-queue share, from `schedstat`)
+/// and then the short queries alone beside the hog (their p99).
+fn physical_floor(hog_n: usize, cg: &Path) -> (f64, f64) {
+    let _hog = hog(hog_n, cg);
+    std::thread::sleep(Duration::from_millis(300));
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let tid = nix::unistd::gettid();
+        let (c0, r0) = schedstat(tid);
+        while !st.load(Ordering::Relaxed) {
+            unit();
+        }
+        let (c1, r1) = schedstat(tid);
+        let _ = tx.send((c1 - c0, r1 - r0));
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    stop.store(true, Ordering::Relaxed);
+    let _ = t.join();
+    let (cpu, rq) = rx.recv().unwrap_or((1, 0));
+    let share = rq as f64 * 100.0 / (rq + cpu).max(1) as f64;
+    let sh = Arc::new(Shared {
+        stop: AtomicBool::new(false),
+        units: AtomicU64::new(0),
+        short: Mutex::new(Vec::new()),
+    });
+    let threads: Vec<_> = (0..SHORT_THREADS)
+        .map(|i| {
+            let sh = sh.clone();
+            let off = SHORT_EVERY * i as u32;
+            std::thread::spawn(move || short_thread(sh, None, off))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(4));
+    sh.stop.store(true, Ordering::Relaxed);
+    threads.into_iter().for_each(|t| {
+        let _ = t.join();
+    });
+    let mut ms: Vec<f64> = sh.short.lock().unwrap().iter().map(|&(_, m)| m).collect();
+    (share, percentile(&mut ms, 99.0))
 }
 
 // ---- workloads (a) and (b) ---------------------------------------------
@@ -175,6 +307,32 @@ struct Phase {
     secs: f64,
     runq_ns: u64,
     on_cpu_ns: u64,
+    /// CPU time of this process (all threads), s.
+    proc_cpu_s: f64,
+    /// Idle time of the machine (all CPUs), s.
+    idle_s: f64,
+}
+
+/// CPU seconds of this process and idle seconds of the machine so far.
+fn cpu_clock() -> (f64, f64) {
+    let tick = 100.0; // USER_HZ
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command's closing parenthesis; utime, stime are 14, 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    let proc_s = (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / tick;
+    let all = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let idle_s = all
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(4))
+        .and_then(|x| x.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / tick;
+    (proc_s, idle_s)
 }
 
 impl Phase {
@@ -186,6 +344,14 @@ impl Phase {
     }
     fn work_per_s(&self) -> f64 {
         self.units as f64 / self.secs
+    }
+    /// "CPUs used by the bench, machine idle": where the CPU went.
+    fn cpus(&self) -> String {
+        format!(
+            "bench process on {:.2} CPUs, machine idle {:.2} CPUs",
+            self.proc_cpu_s / self.secs,
+            self.idle_s / self.secs
+        )
     }
     fn share_pct(&self) -> f64 {
         let t = self.runq_ns + self.on_cpu_ns;
@@ -242,7 +408,9 @@ fn scan_thread(sh: Arc<Shared>, alloc: Arc<slotring::slots::Allocation>, max: Ar
     }
 }
 
-fn short_thread(sh: Arc<Shared>, cc: ConcurrencyControl, offset: Duration) {
+/// One short query every `SHORT_EVERY × SHORT_THREADS`, on a slot of its
+/// own allocation (`cc`) or, for the physical floor, without slotring.
+fn short_thread(sh: Arc<Shared>, cc: Option<ConcurrencyControl>, offset: Duration) {
     let mut next = Instant::now() + offset;
     while !sh.stop.load(Ordering::Relaxed) {
         let now = Instant::now();
@@ -251,34 +419,69 @@ fn short_thread(sh: Arc<Shared>, cc: ConcurrencyControl, offset: Duration) {
         }
         let start = next;
         next += SHORT_EVERY * SHORT_THREADS as u32;
-        let Ok(alloc) = cc.allocate(1, 1) else { break };
-        let Ok(mut slot) = alloc.acquire_timeout(Duration::from_secs(5)) else {
-            continue;
-        };
-        {
-            let _lease = slot.make_current();
-            for _ in 0..SHORT_UNITS {
-                unit();
+        match &cc {
+            Some(cc) => {
+                let Ok(alloc) = cc.allocate(1, 1) else { break };
+                let Ok(mut slot) = alloc.acquire_timeout(Duration::from_secs(5)) else {
+                    continue;
+                };
+                let _lease = slot.make_current();
+                for _ in 0..SHORT_UNITS {
+                    unit();
+                }
+            }
+            None => {
+                for _ in 0..SHORT_UNITS {
+                    unit();
+                }
             }
         }
-        drop(slot);
         let ms = start.elapsed().as_secs_f64() * 1e3;
         sh.short.lock().unwrap().push((Instant::now(), ms));
     }
+}
+
+/// The budget of a run of (a)/(b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// 2 × cores, the static default.
+    Static,
+    /// Fixed at the cores (the best a budget can do on (a), without a loop).
+    AtCores,
+    /// The adaptive loop (ceiling 2 × cores).
+    Adaptive,
+}
+
+/// Several phases as one (their sums; the short queries of all).
+fn merge(ps: impl IntoIterator<Item = Phase>) -> Phase {
+    ps.into_iter().fold(Phase::default(), |mut m, p| {
+        m.short_ms.extend(p.short_ms);
+        m.units += p.units;
+        m.secs += p.secs;
+        m.runq_ns += p.runq_ns;
+        m.on_cpu_ns += p.on_cpu_ns;
+        m.proc_cpu_s += p.proc_cpu_s;
+        m.idle_s += p.idle_s;
+        m
+    })
 }
 
 /// Run (a)/(b) once. `events` are the phase boundaries in seconds; at each
 /// boundary `on_event(i)` runs (starting/stopping the hog).
 fn cpu_run(
     bpf: &SlotringBpf,
-    adaptive: bool,
+    mode: Mode,
     events: &[f64],
     mut on_event: impl FnMut(usize),
 ) -> CpuRun {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let ceiling = 2 * cores as u64;
+    let adaptive = mode == Mode::Adaptive;
     let cc = ConcurrencyControl::new();
     cc.set_max_concurrency(ceiling);
+    if mode == Mode::AtCores {
+        cc.set_effective_budget(cores as u64);
+    }
     let sh = Arc::new(Shared {
         stop: AtomicBool::new(false),
         units: AtomicU64::new(0),
@@ -296,7 +499,7 @@ fn cpu_run(
     for i in 0..SHORT_THREADS {
         let (sh, cc) = (sh.clone(), cc.clone());
         let off = SHORT_EVERY * i as u32;
-        threads.push(std::thread::spawn(move || short_thread(sh, cc, off)));
+        threads.push(std::thread::spawn(move || short_thread(sh, Some(cc), off)));
     }
     let mut ab = adaptive.then(|| {
         AdaptiveBudget::start(
@@ -313,12 +516,16 @@ fn cpu_run(
     let mut phases = Vec::new();
     let mut marks = Vec::new();
     let mut prev = (t0, sh.units.load(Ordering::Relaxed));
+    let mut clock = cpu_clock();
     for (i, &at) in events.iter().enumerate() {
         let due = t0 + Duration::from_secs_f64(at);
         std::thread::sleep(due.saturating_duration_since(Instant::now()));
         let now = Instant::now();
         let units = sh.units.load(Ordering::Relaxed);
         let (runq_ns, on_cpu_ns) = probe.sample().unwrap_or_default();
+        let c = cpu_clock();
+        let (proc_cpu_s, idle_s) = (c.0 - clock.0, c.1 - clock.1);
+        clock = c;
         let short_ms = sh
             .short
             .lock()
@@ -333,6 +540,8 @@ fn cpu_run(
             secs: (now - prev.0).as_secs_f64(),
             runq_ns,
             on_cpu_ns,
+            proc_cpu_s,
+            idle_s,
         });
         marks.push(now.duration_since(t0).as_secs_f64());
         prev = (now, units);
@@ -377,23 +586,39 @@ fn budget_mean(h: &[BudgetPoint], from: f64, to: f64) -> f64 {
     }
 }
 
-/// Seconds after `from` until the budget stays within one slot of its
-/// median over the last second before `to`.
+/// The share of windows in `(from, to]` at each budget: "1: 15%, 2: 85%".
+fn budget_hist(h: &[BudgetPoint], from: f64, to: f64) -> String {
+    let mut n = std::collections::BTreeMap::<u64, usize>::new();
+    let pts = h.iter().filter(|p| p.t_s > from && p.t_s <= to);
+    let total = pts
+        .clone()
+        .inspect(|p| *n.entry(p.budget).or_default() += 1)
+        .count();
+    n.iter()
+        .map(|(b, k)| format!("{b}: {:.0}%", *k as f64 * 100.0 / total.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Seconds after `from` until the budget reaches the level it ends the
+/// phase at (the median over the last second before `to`) and from then on
+/// stays within one slot of it.
 fn settle(h: &[BudgetPoint], from: f64, to: f64) -> f64 {
     let mut tail: Vec<f64> = h
         .iter()
         .filter(|p| p.t_s > to - 1.0 && p.t_s <= to)
         .map(|p| p.budget as f64)
         .collect();
-    let level = median(&mut tail);
+    let level = median(&mut tail).round();
     let pts: Vec<&BudgetPoint> = h.iter().filter(|p| p.t_s > from && p.t_s <= to).collect();
-    let last_out = pts
+    let after_out = pts
         .iter()
-        .rposition(|p| (p.budget as f64 - level).abs() > 1.0);
-    match last_out {
-        None => pts.first().map_or(f64::NAN, |p| p.t_s - from),
-        Some(i) => pts.get(i + 1).map_or(to - from, |p| p.t_s - from),
-    }
+        .rposition(|p| (p.budget as f64 - level).abs() > 1.0)
+        .map_or(0, |i| i + 1);
+    pts[after_out..]
+        .iter()
+        .find(|p| p.budget as f64 == level)
+        .map_or(to - from, |p| p.t_s - from)
 }
 
 // ---- workload (c) ----------------------------------------------------------
@@ -444,16 +669,38 @@ fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cg_note = cg.as_ref().map_or("none".into(), |c| c.note.clone());
 
-    // (a) CPU-bound scans + short queries, 8 s each.
-    let mut a = [false, true].map(|adaptive| cpu_run(&bpf, adaptive, &[8.0], |_| {}));
-    let [s, ad] = &mut a;
-    eprintln!(
-        "(a) adaptive, budget/run-queue % per window: {}",
-        trace(&ad.history)
-    );
-    let (sp, ap) = (&mut s.phases[0], &mut ad.phases[0]);
+    // (a) CPU-bound scans + short queries: 3 rounds of 3 s per mode,
+    // interleaved, so that other work on the machine meets all modes alike.
+    let (mut sa, mut ca, mut aa, mut hist) = (vec![], vec![], vec![], vec![]);
+    let mut yields_a = 0;
+    for round in 0..A_ROUNDS {
+        for mode in [Mode::Static, Mode::AtCores, Mode::Adaptive] {
+            let mut r = cpu_run(&bpf, mode, &[A_SECS], |_| {});
+            let p = r.phases.pop().expect("one phase");
+            match mode {
+                Mode::Static => sa.push(p),
+                Mode::AtCores => ca.push(p),
+                Mode::Adaptive => {
+                    eprintln!(
+                        "(a) adaptive round {round}, budget/run-queue % per window: {}",
+                        trace(&r.history)
+                    );
+                    hist.extend(r.history);
+                    yields_a += r.yields;
+                    aa.push(p);
+                }
+            }
+        }
+    }
+    let (mut sp, cp, mut ap) = (merge(sa), merge(ca), merge(aa));
+    let (sp, ap) = (&mut sp, &mut ap);
+    let a_hist = budget_hist(&hist, f64::NEG_INFINITY, f64::INFINITY);
+    eprintln!("(a) adaptive, windows at each budget: {a_hist}");
     let note = |w: &str| format!("{w}; {} cores, ceiling {}", cores, 2 * cores);
-    let p50s = format!("(a) static, 8 s; p50 {:.2} ms", sp.p50());
+    let p50s = format!(
+        "(a) static, {A_ROUNDS} × {A_SECS} s; p50 {:.2} ms",
+        sp.p50()
+    );
     let p50a = format!("(a) adaptive; p50 {:.2} ms", ap.p50());
     report.put("static_short_p99_ms_cpu", sp.p99(), &note(&p50s));
     report.put("adapt_short_p99_ms_cpu", ap.p99(), &note(&p50a));
@@ -466,49 +713,52 @@ fn main() {
     report.put(
         "static_work_per_s_cpu",
         sp.work_per_s(),
-        &format!("(a) static: units of CPU work ({UNIT_ITERS} iterations) per s"),
+        &format!(
+            "(a) static: units of CPU work ({UNIT_ITERS} iterations) per s; {}",
+            sp.cpus()
+        ),
     );
-    report.put("adapt_work_per_s_cpu", ap.work_per_s(), "(a) adaptive");
+    report.put(
+        "adapt_work_per_s_cpu",
+        ap.work_per_s(),
+        &format!("(a) adaptive; {}", ap.cpus()),
+    );
+    report.put(
+        "cores_work_per_s_cpu",
+        cp.work_per_s(),
+        &format!(
+            "(a) context: a static budget of {cores} (the cores), no loop; {}",
+            cp.cpus()
+        ),
+    );
     report.put(
         "adapt_budget_mean_cpu",
-        budget_mean(&ad.history, 0.0, 8.0),
-        "(a) mean effective budget",
+        budget_mean(&hist, f64::NEG_INFINITY, f64::INFINITY),
+        &format!("(a) mean effective budget; windows at each budget: {a_hist}"),
     );
     report.put(
         "adapt_yields_cpu",
-        ad.yields as f64,
+        yields_a as f64,
         "(a) slots released by should_yield",
     );
 
     // (b) the hog: 3 s without, 6 s with, 3 s without.
     let events = [3.0, 9.0, 12.0];
-    let hog_run = |adaptive: bool, own: bool| {
-        let mut h: Option<Child> = None;
-        let r = cpu_run(&bpf, adaptive, &events, |i| match i {
-            0 => {
-                let dir = match (&cg, own) {
-                    (Some(c), true) => c.hog.dir.clone(),
-                    (Some(c), false) => c.work.dir.clone(),
-                    (None, _) => PathBuf::from("/sys/fs/cgroup/cpu"),
-                };
-                h = Some(hog(2 * cores, &dir));
-            }
-            1 => {
-                if let Some(mut c) = h.take() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-            }
-            _ => {}
-        });
-        if let Some(mut c) = h {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        r
+    let hog_dir = |own: bool| match (&cg, own) {
+        (Some(c), true) => c.hog.dir.clone(),
+        (Some(c), false) => c.work.dir.clone(),
+        (None, _) => PathBuf::from("/sys/fs/cgroup/cpu"),
     };
-    let mut hs = hog_run(false, false);
-    let mut ha = hog_run(true, false);
+    let hog_run = |mode: Mode, own: bool| {
+        let mut h: Option<Hog> = None;
+        cpu_run(&bpf, mode, &events, |i| match i {
+            0 => h = Some(hog(2 * cores, &hog_dir(own))),
+            1 => h = None,
+            _ => {}
+        })
+    };
+    let mut hs = hog_run(Mode::Static, false);
+    let mut ha = hog_run(Mode::Adaptive, false);
     eprintln!(
         "(b) adaptive, budget/run-queue % per window: {}",
         trace(&ha.history)
@@ -539,7 +789,23 @@ fn main() {
     report.put(
         "adapt_settle_s",
         s_on.max(s_off),
-        &format!("(b) after the hog starts {s_on:.1} s, after it stops {s_off:.1} s (within one slot of the phase's final median)"),
+        &format!("(b) after the hog starts {s_on:.2} s, after it stops {s_off:.2} s (to the phase's final level, then within one slot of it; 100 ms windows)"),
+    );
+    // The physical floor of (b) in the same cgroup, without slotring.
+    let (floor_share, floor_p99) = physical_floor(2 * cores, &hog_dir(false));
+    report.put(
+        "floor_runq_share_pct_hog",
+        floor_share,
+        &format!(
+            "(b) context: one plain CPU-bound thread beside stress-ng --cpu {} in its cgroup, 2 s, /proc schedstat (the least any budget >= 1 can reach; per-thread CFS: {:.0}% expected)",
+            2 * cores,
+            100.0 * (1.0 - cores as f64 / (2 * cores + 1) as f64)
+        ),
+    );
+    report.put(
+        "floor_short_p99_ms_hog",
+        floor_p99,
+        "(b) context: the short queries alone beside the same hog, no scan, no slotring, 4 s (the best p99 of a budget of 0)",
     );
     report.put(
         "adapt_budget_mean_hog",
@@ -552,8 +818,8 @@ fn main() {
         "(b) over the whole 12 s",
     );
     if cg.is_some() {
-        let mut os = hog_run(false, true);
-        let mut oa = hog_run(true, true);
+        let mut os = hog_run(Mode::Static, true);
+        let mut oa = hog_run(Mode::Adaptive, true);
         let (sp, ap) = (&mut os.phases[1], &mut oa.phases[1]);
         report.put(
             "static_work_per_s_hog_own_cgroup",
@@ -628,7 +894,12 @@ fn main() {
             );
         }
     }
-    eprintln!("machine: load average {}; cgroups: {cg_note}", load.trim());
+    let end = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!(
+        "machine: load average {} at the start, {} at the end; cgroups: {cg_note}",
+        load.trim(),
+        end.trim()
+    );
     drop(cg);
     report.finish().expect("writing target/bench/adaptive.json");
 }

@@ -31,7 +31,26 @@
 //!   about 20%).
 //!   One window moves the budget all the way after a step in demand or
 //!   supply (a hog arriving), instead of AIMD's halvings.
-//! * **Dead band** (`t/2 ≤ share ≤ t`): hold.
+//!
+//!   **Below the CPUs** the process may use (`cpus`), a step down gives
+//!   up CPU rather than queueing: `running ≤ cpus` leases that wait do so
+//!   behind other threads, not behind each other, and under per-thread CFS
+//!   sharing one lease less is one share less. So below `cpus` the budget
+//!   goes no lower than the leases that the measured supply still fills:
+//!   `⌈running × (1 − s) × (1 − t)⌉` (giving up at most a fraction `t` of
+//!   the CPU the leases measurably received). A cgroup quota or a hog in a
+//!   cgroup of its own (the supply is fixed: at 2 leases on 2 CPUs a 1-CPU
+//!   quota shows `s ≈ 50%`, supply 1.0) still goes to 1; noise from other
+//!   processes on a 2-core machine (`s` of 20–40% at 2 leases, supply ≥
+//!   1.2) no longer does (measured before this rule: budget 1 in 15% of
+//!   the windows of bench (a), 0.84× the static throughput on a loaded
+//!   machine).
+//! * **Dead band** (`t/2 ≤ share ≤ t`): hold; below the CPUs (`budget <
+//!   cpus`) there is no dead band, a share up to `t` counts as calm: the
+//!   leases there do not queue behind each other, and a wait of a few
+//!   percent from other threads does not say that one lease more would
+//!   (measured before: back from 1 to 2 on 2 CPUs took 1.5 s after a hog
+//!   stopped, the other load's 6–10% windows resetting the count).
 //! * **Calm** (`share < t/2`) and some allocation waits: go up by one slot,
 //!   after `1` calm window, or, when the next level is one where congestion
 //!   was last seen, after `hold` consecutive calm windows. Every probe that
@@ -74,6 +93,10 @@ pub struct AdaptiveConfig {
     /// The highest budget: the user's `max_concurrency` (may be
     /// [`crate::UNLIMITED`]).
     pub ceiling: u64,
+    /// The CPUs the process may use (≥ 1): below this many leases a step
+    /// down keeps what the measured supply fills (see "Below the CPUs").
+    /// `1` turns that rule off.
+    pub cpus: u64,
     /// Calm windows before re-probing a level where congestion was seen (≥ 1).
     pub hold_windows: u32,
     /// The longest such hold, after repeated failed probes (≥ `hold_windows`).
@@ -82,12 +105,15 @@ pub struct AdaptiveConfig {
 
 impl AdaptiveConfig {
     /// Defaults for a ceiling: target 10%, floor 1, hold 2 windows up to 16
-    /// (1.6 s at the 100 ms window the sampler uses).
+    /// (1.6 s at the 100 ms window the sampler uses), `cpus` from
+    /// [`std::thread::available_parallelism`] (affinity and cgroup quota).
     pub fn with_ceiling(ceiling: u64) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
         Self {
             target_pct: 10,
             floor: 1,
             ceiling,
+            cpus,
             hold_windows: 2,
             max_hold_windows: 16,
         }
@@ -101,6 +127,9 @@ impl AdaptiveConfig {
         }
         if self.floor == 0 {
             return Err(SlotsError::AdaptiveZeroFloor);
+        }
+        if self.cpus == 0 {
+            return Err(SlotsError::AdaptiveZeroCpus);
         }
         if self.floor > self.ceiling {
             return Err(SlotsError::AdaptiveFloorAboveCeiling {
@@ -226,11 +255,16 @@ impl BudgetController {
         }
         // The supply estimate (see "Congested" in the module docs).
         let running = s.running.clamp(1, b.max(1)) as f64;
-        let est = running * (1.0 - share) / (1.0 - t);
+        let supply = running * (1.0 - share);
+        // `as` saturates (NaN → 0); the clamps below keep it in range.
+        let est = (supply / (1.0 - t)).round() as u64;
+        // Below the CPUs, keep the leases the supply fills ("Below the CPUs").
+        let fills = ((supply * (1.0 - t)).ceil() as u64).min(self.cfg.cpus);
+        let to = est.max(fills);
         // Congested only if the estimate is at least half a slot below the
         // budget: at small budgets one slot is a large step, and a share
         // just above the target does not justify it (it would flap).
-        if share > t && est.round() < b as f64 {
+        if share > t && to < b {
             self.calm = 0;
             match self.congested_at {
                 // A probe of a known congested level failed: wait longer.
@@ -243,18 +277,22 @@ impl BudgetController {
                 _ => {}
             }
             self.probing = false;
-            // `as` saturates (NaN → 0); the clamp below keeps it in range.
-            let est = est.round() as u64;
-            self.budget = est.min(b.saturating_sub(1)).max(self.cfg.floor);
+            self.budget = to.min(b.saturating_sub(1)).max(self.cfg.floor);
             // The level just left (or the floor, if it cannot go lower) is
             // where congestion was last seen.
             self.congested_at = Some(b);
             self.after_down = true;
             return Step::Down;
         }
-        if share * 2.0 >= t {
-            // The dead band, or a share above the target that the supply
-            // estimate rounds to the current budget.
+        let not_calm = if b < self.cfg.cpus {
+            share > t
+        } else {
+            share * 2.0 >= t
+        };
+        if not_calm {
+            // The dead band (above the CPUs), or a share above the target
+            // that the supply estimate rounds to the current budget, or
+            // that the supply still fills below the CPUs.
             self.calm = 0;
             return Step::Hold;
         }
@@ -321,8 +359,16 @@ mod tests {
             .collect()
     }
 
+    /// The defaults on a 2-CPU machine (independent of the test host).
+    fn cfg(ceiling: u64) -> AdaptiveConfig {
+        AdaptiveConfig {
+            cpus: 2,
+            ..AdaptiveConfig::with_ceiling(ceiling)
+        }
+    }
+
     fn ctl(ceiling: u64) -> BudgetController {
-        BudgetController::new(AdaptiveConfig::with_ceiling(ceiling)).unwrap()
+        BudgetController::new(cfg(ceiling)).unwrap()
     }
 
     #[test]
@@ -349,9 +395,11 @@ mod tests {
         let mut trace = run(&mut c, 100, |b| plant(2.0, b, 0, 0.0));
         let hog_at = trace.len();
         trace.extend(run(&mut c, 50, |b| plant(2.0, b, 2, 0.0)));
-        // One window after the hog starts, the budget is at the floor.
-        assert_eq!(trace[hog_at], 1, "{trace:?}");
-        assert!(trace[hog_at..].iter().all(|&b| b == 1));
+        // The hog starts: from 2 (or a probe of 3, whose supply of 1.2 CPUs
+        // still fills 2 leases) at the floor within three windows (one
+        // step, the ignored window, the second step).
+        assert!(trace[hog_at + 2] == 1, "{trace:?}");
+        assert!(trace[hog_at + 2..].iter().all(|&b| b == 1));
         let stop_at = trace.len();
         trace.extend(run(&mut c, 60, |b| plant(2.0, b, 0, 0.0)));
         // The hog reset the hold: back at 2 after `hold_windows` calm
@@ -367,7 +415,7 @@ mod tests {
 
     #[test]
     fn never_zero_and_within_floor_and_ceiling() {
-        let mut cfg = AdaptiveConfig::with_ceiling(8);
+        let mut cfg = cfg(8);
         cfg.floor = 3;
         let mut c = BudgetController::new(cfg).unwrap();
         for i in 0..500u64 {
@@ -439,7 +487,7 @@ mod tests {
         c.set_ceiling(0);
         assert_eq!(c.budget(), 1, "never 0");
         let bad = |f: &dyn Fn(&mut AdaptiveConfig)| {
-            let mut cfg = AdaptiveConfig::with_ceiling(4);
+            let mut cfg = cfg(4);
             f(&mut cfg);
             BudgetController::new(cfg).unwrap_err()
         };
@@ -521,9 +569,28 @@ mod tests {
 
     #[test]
     fn recorded_kernel_signal_floor_under_the_hog_and_back_after() {
-        let mut c = ctl(4);
-        let trace: Vec<u64> = RECORDED
-            .iter()
+        let trace = replay(&mut ctl(4), &RECORDED);
+        assert!(trace.iter().all(|&b| (1..=4).contains(&b)), "{trace:?}");
+        // The hog (windows 15..=34): at the floor within two windows.
+        assert!(trace[16..=34].iter().all(|&b| b == 1), "{trace:?}");
+        // After it (window 35 on): above the floor within three windows.
+        assert!(trace[35..=38].iter().any(|&b| b >= 2), "{trace:?}");
+    }
+
+    /// Run-queue shares (%) of bench (a) (`cargo xtask bench adaptive`: 2
+    /// cores, ceiling 4, 3 CPU-bound scans and short queries) on a machine
+    /// loaded by other builds (load average 3-4), one per 100 ms window,
+    /// with the law before the "below the CPUs" rule: its budget was 1 in
+    /// 12 of these 80 windows (after the 35%, 30% and 33% ones at 2).
+    const RECORDED_LOADED: [u8; 80] = [
+        47, 23, 18, 26, 16, 19, 13, 13, 5, 36, 14, 30, 15, 11, 8, 9, 11, 2, 2, 34, 15, 21, 25, 26,
+        32, 17, 23, 16, 25, 30, 18, 12, 10, 12, 11, 11, 18, 16, 13, 24, 15, 6, 11, 7, 2, 2, 2, 5,
+        33, 24, 17, 13, 24, 31, 35, 4, 4, 5, 30, 33, 9, 5, 3, 3, 5, 2, 24, 22, 20, 18, 14, 16, 26,
+        28, 19, 15, 23, 9, 16, 14,
+    ];
+
+    fn replay(c: &mut BudgetController, pcts: &[u8]) -> Vec<u64> {
+        pcts.iter()
             .map(|&pct| {
                 let b = c.budget();
                 let total = 100_000_000 * b;
@@ -535,17 +602,55 @@ mod tests {
                 });
                 c.budget()
             })
-            .collect();
-        assert!(trace.iter().all(|&b| (1..=4).contains(&b)), "{trace:?}");
-        // The hog (windows 15..=34): at the floor within two windows.
-        assert!(trace[16..=34].iter().all(|&b| b == 1), "{trace:?}");
-        // After it (window 35 on): above the floor within three windows.
-        assert!(trace[35..=38].iter().any(|&b| b >= 2), "{trace:?}");
+            .collect()
+    }
+
+    #[test]
+    fn noise_from_other_processes_does_not_give_up_a_cpu() {
+        let trace = replay(&mut ctl(4), &RECORDED_LOADED);
+        assert!(trace.iter().all(|&b| (2..=3).contains(&b)), "{trace:?}");
+        // The law without the rule (`cpus` 1) halves the machine on it.
+        let mut old = BudgetController::new(AdaptiveConfig { cpus: 1, ..cfg(4) }).unwrap();
+        let trace = replay(&mut old, &RECORDED_LOADED);
+        assert!(trace.iter().filter(|&&b| b == 1).count() >= 10, "{trace:?}");
+        // Synthetic: outside threads keep 2 leases waiting 35% (supply 1.3
+        // CPUs): one lease less would give up 0.3 CPU; hold.
+        let mut c = ctl(4);
+        let trace = run(&mut c, 100, |b| {
+            plant(2.0, b, 0, if b == 2 { 0.35 } else { 0.0 })
+        });
+        assert!(trace.iter().all(|&b| (2..=3).contains(&b)), "{trace:?}");
+    }
+
+    #[test]
+    fn a_fixed_supply_still_goes_below_the_cpus() {
+        // A 1-CPU quota (or a hog in a cgroup of its own, equal weight) on
+        // 2 CPUs: `b` leases share 1 CPU whatever `b` is.
+        let quota = |b: u64| {
+            let share = 1.0 - 1.0 / b as f64;
+            let window = 100_000_000.0 * b as f64;
+            RunqSample {
+                runq_ns: (window * share) as u64,
+                on_cpu_ns: (window * (1.0 - share)) as u64,
+                running: b,
+                waiting: true,
+            }
+        };
+        let mut c = ctl(4);
+        let trace = run(&mut c, 200, quota);
+        // 4 → 2 (the supply of 1 CPU fills 1 lease, but above the CPUs the
+        // Vegas estimate 1.1 → 1 is capped at the CPUs' fill of ⌈0.9⌉ = 1).
+        assert_eq!(trace[0], 1, "{trace:?}");
+        let tail = &trace[20..];
+        assert!(tail.iter().all(|&b| (1..=2).contains(&b)), "{tail:?}");
+        let above = tail.iter().filter(|&&b| b == 2).count();
+        assert!(above * 16 <= tail.len() + 16, "{tail:?}");
     }
 
     #[test]
     fn less_than_half_a_slot_of_evidence_holds() {
-        let mut c = ctl(2);
+        // One CPU (the "below the CPUs" rule off): the Vegas estimate alone.
+        let mut c = BudgetController::new(AdaptiveConfig { cpus: 1, ..cfg(2) }).unwrap();
         // 2 running leases waiting 20%: supply 1.6 CPUs carries 1.78 → 2.
         let mild = RunqSample {
             runq_ns: 20,
@@ -563,5 +668,56 @@ mod tests {
         };
         assert_eq!(c.update(heavy), Step::Down);
         assert_eq!(c.budget(), 1);
+        // On 2 CPUs the supply of 1.2 CPUs still fills 2 leases: hold;
+        // 55% (supply 0.9, fills ⌈0.81⌉ = 1): down.
+        let mut c = ctl(2);
+        assert_eq!(c.update(heavy), Step::Hold);
+        assert_eq!(c.budget(), 2);
+        let lost = RunqSample {
+            runq_ns: 55,
+            on_cpu_ns: 45,
+            ..mild
+        };
+        assert_eq!(c.update(lost), Step::Down);
+        assert_eq!(c.budget(), 1);
+    }
+
+    #[test]
+    fn below_the_cpus_a_share_within_the_target_is_calm() {
+        // Budget 1 on 2 CPUs (after a hog), running leases waiting 8%.
+        let mut c = ctl(4);
+        c.update(plant(2.0, 4, 4, 0.0));
+        c.update(RunqSample::default());
+        let mut b = c.budget();
+        assert_eq!(b, 1);
+        let eight = |b: u64| RunqSample {
+            runq_ns: 8 * b,
+            on_cpu_ns: 92 * b,
+            running: b,
+            waiting: true,
+        };
+        for _ in 0..4 {
+            c.update(eight(b));
+            b = c.budget();
+        }
+        assert_eq!(b, 2, "up to the CPUs");
+        // At the CPUs the dead band holds again.
+        for _ in 0..20 {
+            assert_eq!(c.update(eight(2)), Step::Hold);
+        }
+        // With one CPU the old dead band holds at 1.
+        let mut c = BudgetController::new(AdaptiveConfig { cpus: 1, ..cfg(4) }).unwrap();
+        c.update(plant(1.0, 4, 4, 0.0));
+        c.update(RunqSample::default());
+        assert_eq!(c.budget(), 1);
+        for _ in 0..20 {
+            assert_eq!(c.update(eight(1)), Step::Hold);
+        }
+    }
+
+    #[test]
+    fn zero_cpus_is_a_typed_error() {
+        let e = BudgetController::new(AdaptiveConfig { cpus: 0, ..cfg(4) }).unwrap_err();
+        assert_eq!(e, SlotsError::AdaptiveZeroCpus);
     }
 }

@@ -71,6 +71,10 @@ pub enum SlotsError {
         /// The rejected maximum hold.
         max_hold: u32,
     },
+    /// An adaptive-budget CPU count of 0 (the CPUs the process may use are
+    /// at least 1).
+    #[error("adaptive budget cpus 0: the process has at least 1 CPU")]
+    AdaptiveZeroCpus,
 }
 
 #[cfg(test)]
