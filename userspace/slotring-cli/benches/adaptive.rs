@@ -685,7 +685,9 @@ fn main() {
                         "(a) adaptive round {round}, budget/run-queue % per window: {}",
                         trace(&r.history)
                     );
-                    hist.extend(r.history);
+                    // The windows of the measured phase (not the wind-down).
+                    let end = r.marks[0];
+                    hist.extend(r.history.into_iter().filter(|p| p.t_s <= end));
                     yields_a += r.yields;
                     aa.push(p);
                 }
