@@ -240,6 +240,9 @@ pub(crate) struct Submit {
     throttle: Option<ThrottlePtr>,
     max_block: Duration,
     pre_io_wait: PreIoWait,
+    /// A delay already booked for the whole request (a tenant's turn taken
+    /// by the front end, see `tokio::fair_booking`), from submission.
+    prebooked_ns: u64,
 }
 
 impl Submit {
@@ -259,7 +262,16 @@ impl Submit {
             throttle: throttle.cloned(),
             max_block,
             pre_io_wait,
+            prebooked_ns: 0,
         }
+    }
+
+    /// The request was booked in its tenant's fair turn already (with no
+    /// throttle left to charge here): its IO waits `delay_ns` from now, in
+    /// the same timeout SQE a charge here would have produced.
+    pub(crate) fn prebooked(mut self, delay_ns: u64) -> Self {
+        self.prebooked_ns = delay_ns;
+        self
     }
 }
 
@@ -327,6 +339,7 @@ impl Core {
 
     /// Start a request; the buffer is the ring's until the request is taken.
     pub(crate) fn submit(&mut self, s: Submit, buf: Vec<u8>) -> SlotId {
+        let prebooked_ns = s.prebooked_ns;
         let req = Req {
             op: s.op,
             file: s.file,
@@ -344,7 +357,7 @@ impl Core {
             state: Lifecycle::Starting,
         };
         let id = self.ring.alloc(buf, req);
-        if let Err(e) = self.start(id) {
+        if let Err(e) = self.start(id, prebooked_ns) {
             self.finish(id, Err(e));
         }
         id
@@ -354,7 +367,7 @@ impl Core {
         self.ring.data_mut(id).expect("live request")
     }
 
-    fn start(&mut self, id: SlotId) -> Result<(), UringError> {
+    fn start(&mut self, id: SlotId, prebooked_ns: u64) -> Result<(), UringError> {
         let (op, len, file, throttle) = {
             let r = self.req(id);
             (r.op, r.len, r.file.clone(), r.throttle.clone())
@@ -372,7 +385,7 @@ impl Core {
         self.req(id).paced =
             self.policy.writeback(op, &file, throttle.as_ref()) == Writeback::Paced;
         match self.policy.route(op, &file, throttle.as_ref()) {
-            Route::Device => self.charge_then_io(id, 0),
+            Route::Device => self.charge_then_io(id, prebooked_ns),
             Route::PageCache => self.known_hit_io(id),
             Route::Probe => {
                 let need = |probes: u64| probes + len as u64;
