@@ -226,8 +226,8 @@ fn async_share_b(data: &DataFile, fair: bool) -> f64 {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let file = UringFile::new(File::open(&data.path).expect("open the data file"))
-        .expect("UringFile");
+    let file =
+        UringFile::new(File::open(&data.path).expect("open the data file")).expect("UringFile");
     rt.block_on(async {
         let t: slotring_throttle::ThrottlePtr = throttler();
         let engine = SharedEngine::new(&SharedConfig::default()).expect("io_uring");

@@ -47,7 +47,20 @@
 //! only while other requests queue or the bookings run more than `τ` ahead;
 //! alone, a tenant never waits for a turn and every wait is today's. An
 //! async runtime thread must not have a tenant current (its reservation
-//! could block the runtime): the async handle stays first-come.
+//! could block the runtime).
+//!
+//! # The async turn
+//!
+//! Async code takes the same turn without blocking:
+//! [`crate::AsyncReserve`] (with its tenant named explicitly: a task moves
+//! between threads) polled through [`crate::Throttle::poll_reserve`]. The
+//! gate queues wakers, not threads: a queued request's waker is stored under
+//! the gate's mutex and woken when the request becomes the head; the head
+//! that waits only for the bookings to come within `τ` is told when to
+//! re-poll (the crate has no timers). A blocked thread queues a waker that
+//! unparks it, so threads and tasks wait in one order. Dropping a queued
+//! request takes it out of the order and wakes the next; it was never
+//! charged, so no token is lost or created.
 //!
 //! # Bad input
 //!

@@ -749,8 +749,9 @@ impl Throttler {
                 } else {
                     let (cost, rate) = self.fair_cost(op.amount);
                     let (amount, max_block) = (op.amount, op.max_block);
-                    let charge =
-                        |turn| self.charge_at(amount, max_block, call.saturating_add(after_ns), turn);
+                    let charge = |turn| {
+                        self.charge_at(amount, max_block, call.saturating_add(after_ns), turn)
+                    };
                     match self.gate.poll_enter(
                         cx.waker(),
                         &mut op.waiter,
@@ -761,10 +762,8 @@ impl Throttler {
                         charge,
                     ) {
                         Poll::Pending => {
-                            op.retry_in_ns = op
-                                .waiter
-                                .retry_at()
-                                .map(|at| at.saturating_sub(self.now()));
+                            op.retry_in_ns =
+                                op.waiter.retry_at().map(|at| at.saturating_sub(self.now()));
                             return Poll::Pending;
                         }
                         Poll::Ready(r) => r.map(|(turn, f)| (f, turn)),
@@ -781,11 +780,14 @@ impl Throttler {
             _ => {
                 // First-come, exactly as `reserve` without a tenant.
                 let now = self.now();
-                let wait_ns =
-                    match self.charge_level(op.amount, op.max_block, now.saturating_add(after_ns)) {
-                        Ok(d) => d.wait_ns,
-                        Err(e) => return Poll::Ready(Err(e)),
-                    };
+                let wait_ns = match self.charge_level(
+                    op.amount,
+                    op.max_block,
+                    now.saturating_add(after_ns),
+                ) {
+                    Ok(d) => d.wait_ns,
+                    Err(e) => return Poll::Ready(Err(e)),
+                };
                 FairCharge {
                     turn_ns: now,
                     delay_ns: after_ns.saturating_add(wait_ns),

@@ -172,7 +172,11 @@ fn sixteen_streams_against_one_share_equally_through_the_async_turn() {
     assert!(total >= 16 * MIB * 10 - 256 * 1024, "{total}");
     // The streams still queued were dropped with the run: they left.
     assert_eq!(disk.fair_queued(), 0);
-    assert_eq!(disk.count(), total, "only the requests that had a turn were charged");
+    assert_eq!(
+        disk.count(),
+        total,
+        "only the requests that had a turn were charged"
+    );
 }
 
 #[test]
@@ -215,13 +219,20 @@ fn dropping_a_queued_request_hands_the_turn_on_and_charges_nothing() {
     let mut first = req(&a, MIB);
     assert_eq!(
         poll(&mut first, t.as_ref(), &w0),
-        Poll::Ready(Reservation { delay_ns: SEC, blocked: true }),
+        Poll::Ready(Reservation {
+            delay_ns: SEC,
+            blocked: true
+        }),
         "alone: the gate is open, the bucket books a second"
     );
     let (bc, bw) = waker();
     let mut x = req(&b, MIB);
     assert!(poll(&mut x, t.as_ref(), &bw).is_pending());
-    assert_eq!(x.retry_after(), Some(Duration::from_secs(1)), "the head waits for time");
+    assert_eq!(
+        x.retry_after(),
+        Some(Duration::from_secs(1)),
+        "the head waits for time"
+    );
     let (cc, cw) = waker();
     let mut y = req(&c, MIB);
     assert!(poll(&mut y, t.as_ref(), &cw).is_pending());
@@ -232,11 +243,18 @@ fn dropping_a_queued_request_hands_the_turn_on_and_charges_nothing() {
     assert_eq!(cc.0.load(Ordering::SeqCst), 1, "the next one is woken");
     assert_eq!(t.fair_queued(), 1);
     assert!(poll(&mut y, t.as_ref(), &cw).is_pending());
-    assert_eq!(y.retry_after(), Some(Duration::from_secs(1)), "now the head");
+    assert_eq!(
+        y.retry_after(),
+        Some(Duration::from_secs(1)),
+        "now the head"
+    );
     clock.advance(SEC);
     assert_eq!(
         poll(&mut y, t.as_ref(), &cw),
-        Poll::Ready(Reservation { delay_ns: SEC, blocked: true })
+        Poll::Ready(Reservation {
+            delay_ns: SEC,
+            blocked: true
+        })
     );
     assert_eq!(t.fair_queued(), 0);
     assert_eq!(t.count(), 2 * MIB, "the dropped request was never charged");
@@ -275,7 +293,13 @@ fn a_blocked_thread_and_a_task_queue_at_the_same_gate() {
     clock.advance(SEC);
     drop(x);
     let r = th.join().unwrap();
-    assert_eq!(r, Reservation { delay_ns: SEC, blocked: true });
+    assert_eq!(
+        r,
+        Reservation {
+            delay_ns: SEC,
+            blocked: true
+        }
+    );
     assert_eq!((t.count(), b.charged(), c.charged()), (2 * MIB, 0, MIB));
 }
 
@@ -283,7 +307,10 @@ fn a_blocked_thread_and_a_task_queue_at_the_same_gate() {
 fn without_a_tenant_the_async_reservation_is_reserve_to_the_nanosecond() {
     let mk = |clock: &Arc<ManualClock>| -> ThrottlePtr {
         let parent: ThrottlePtr = Arc::new(
-            Throttler::builder(MIB / 2).clock(clock.clone()).build().unwrap(),
+            Throttler::builder(MIB / 2)
+                .clock(clock.clone())
+                .build()
+                .unwrap(),
         );
         Arc::new(
             Throttler::builder(MIB)
@@ -293,7 +320,10 @@ fn without_a_tenant_the_async_reservation_is_reserve_to_the_nanosecond() {
                 .unwrap(),
         )
     };
-    let (c1, c2) = (Arc::new(ManualClock::new(T0)), Arc::new(ManualClock::new(T0)));
+    let (c1, c2) = (
+        Arc::new(ManualClock::new(T0)),
+        Arc::new(ManualClock::new(T0)),
+    );
     let (t1, t2) = (mk(&c1), mk(&c2));
     let (_, w) = waker();
     for n in [3 * MIB / 4, MIB, 12345] {

@@ -217,7 +217,11 @@ fn a_dropped_request_hands_its_turn_on_without_losing_a_wake_up() {
         assert_eq!(booked.delay_ns, SEC);
         let mut x = Turn::new(&t, &b, 100);
         let noop = Waker::noop();
-        assert!(Pin::new(&mut x).poll(&mut Context::from_waker(noop)).is_pending());
+        assert!(
+            Pin::new(&mut x)
+                .poll(&mut Context::from_waker(noop))
+                .is_pending()
+        );
         let th = {
             let (t, c) = (t.clone(), c.clone());
             loom::thread::spawn(move || block_on(Turn::new(&t, &c, 100)))

@@ -318,10 +318,15 @@ impl SharedEngine {
                             )
                             .await;
                             match booked {
-                                Ok(delay) => {
-                                    Submit::new(op, &file, offset, None, max_block, PreIoWait::Linked)
-                                        .prebooked(delay)
-                                }
+                                Ok(delay) => Submit::new(
+                                    op,
+                                    &file,
+                                    offset,
+                                    None,
+                                    max_block,
+                                    PreIoWait::Linked,
+                                )
+                                .prebooked(delay),
                                 Err(e) => return (Err(e.into()), buf),
                             }
                         }
