@@ -524,6 +524,15 @@ impl Drop for Waiter {
     }
 }
 
+/// What a request asks of a gate: its tenant, its cost in the fair order,
+/// and the rate that cost drains at (which scales the catch-up bound).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Turn<'a> {
+    pub(crate) tenant: &'a Tenant,
+    pub(crate) cost: u64,
+    pub(crate) rate: u64,
+}
+
 /// A waker that unparks a blocked thread: the blocking path queues at the
 /// same gate as the async one, with this as its waker.
 #[derive(Debug)]
@@ -650,13 +659,12 @@ impl FairGate {
         &self,
         waker: &Waker,
         waiter: &mut Waiter,
-        tenant: &Tenant,
-        cost: u64,
-        rate: u64,
+        req: Turn<'_>,
         now: &dyn Fn() -> u64,
         charge: impl FnOnce(u64) -> Result<(u64, T), ThrottleError>,
     ) -> Poll<Result<(u64, T), ThrottleError>> {
         use crate::sync::Ordering;
+        let Turn { tenant, cost, rate } = req;
         let g = &*self.shared;
         let mut st = crate::sync::lock(&g.state);
         let ticket = match &waiter.0 {
@@ -718,9 +726,7 @@ impl FairGate {
     /// timeout or wake-up); the others until they become the head.
     pub(crate) fn enter<T>(
         &self,
-        tenant: &Tenant,
-        cost: u64,
-        rate: u64,
+        req: Turn<'_>,
         now: &dyn Fn() -> u64,
         charge: impl FnOnce(u64) -> Result<(u64, T), ThrottleError>,
     ) -> Result<(u64, T), ThrottleError> {
@@ -730,9 +736,7 @@ impl FairGate {
         let mut charge = Some(charge);
         loop {
             let once = |t| charge.take().expect("charged only at the turn")(t);
-            if let Poll::Ready(r) =
-                self.poll_enter(&waker, &mut waiter, tenant, cost, rate, now, once)
-            {
+            if let Poll::Ready(r) = self.poll_enter(&waker, &mut waiter, req, now, once) {
                 return r;
             }
             match waiter.retry_at() {

@@ -9,7 +9,7 @@ use crate::bucket::{Bucket, BucketError, MAX_DEBT_NANO};
 use crate::clock::{ClampState, Clock, MonotonicClock};
 use crate::counters::{Blocked, LiveCounters, ThrottleCounters};
 use crate::error::ThrottleError;
-use crate::fair::{DEFAULT_TAU, FairGate, Tenant, Waiter};
+use crate::fair::{DEFAULT_TAU, FairGate, Tenant, Turn, Waiter};
 use crate::sync::Ordering;
 use crate::wait::{BlockingWait, WaitStrategy, default_wait};
 
@@ -683,9 +683,12 @@ impl Throttler {
         };
         let (cost, rate) = self.fair_cost(amount);
         let charge = |turn| self.charge_at(amount, max_block, call.saturating_add(after_ns), turn);
-        let (_, f) = self
-            .gate
-            .enter(&tenant, cost, rate, &|| self.now(), charge)?;
+        let turn = Turn {
+            tenant: &tenant,
+            cost,
+            rate,
+        };
+        let (_, f) = self.gate.enter(turn, &|| self.now(), charge)?;
         tenant.record(amount, f.wait_ns.saturating_add(f.turn_ns - call));
         Ok(f)
     }
@@ -752,12 +755,15 @@ impl Throttler {
                     let charge = |turn| {
                         self.charge_at(amount, max_block, call.saturating_add(after_ns), turn)
                     };
+                    let turn = Turn {
+                        tenant: &tenant,
+                        cost,
+                        rate,
+                    };
                     match self.gate.poll_enter(
                         cx.waker(),
                         &mut op.waiter,
-                        &tenant,
-                        cost,
-                        rate,
+                        turn,
                         &|| self.now(),
                         charge,
                     ) {

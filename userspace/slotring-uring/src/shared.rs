@@ -555,6 +555,10 @@ struct PreadPool {
 }
 
 impl PreadPool {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the request's fields, as SharedEngine::run passes them"
+    )]
     async fn run(
         self: Arc<Self>,
         op: Op,
