@@ -363,6 +363,33 @@ impl Core {
         id
     }
 
+    /// Where the bytes of an `op` of `len` at `off` of `file` charged to
+    /// `throttle` come from, decided before submission (for a tenant's read,
+    /// booked in its fair turn before the ring sees it): the route the ring
+    /// would take, with a probe replaced by `cachestat(2)` (page cache only
+    /// when every page is cached).
+    pub(crate) fn prebook_source(
+        &mut self,
+        op: Op,
+        file: &UringFile,
+        off: u64,
+        len: u64,
+        throttle: &ThrottlePtr,
+    ) -> Source {
+        let route = match self.policy.route(op, file, Some(throttle)) {
+            Route::Probe => {
+                self.counters.cachestat_checks += 1;
+                let stat = self.ring.sys().cachestat(file.fd(), off, len);
+                policy::cachestat_route(stat, off, len)
+            }
+            r => r,
+        };
+        match route {
+            Route::PageCache => Source::PageCache,
+            Route::Device | Route::Probe => Source::Device,
+        }
+    }
+
     fn req(&mut self, id: SlotId) -> &mut Req {
         self.ring.data_mut(id).expect("live request")
     }

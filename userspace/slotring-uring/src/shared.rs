@@ -128,11 +128,13 @@ type SysFactory = Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync>;
 /// tenant ([`Tenant::enter`]) means nothing here and is not consulted. The
 /// turn is taken without blocking the runtime ([`slotring_throttle::AsyncReserve`]:
 /// the task's waker queues in each gate), before the read is submitted; the
-/// read's bytes (trimmed at the known end of the file) are then booked as
-/// device bytes and the fair delay goes into the read's timeout SQE. So a
-/// tenant's read is not checked for page-cache hits (`RWF_NOWAIT`): it is
-/// charged as if it reached the device. Writes stay first-come (a paced
-/// write is charged piece by piece inside the ring).
+/// read's bytes (trimmed at the known end of the file) are then booked and
+/// the fair delay goes into the read's timeout SQE. Where the ring would
+/// probe for page-cache hits (`RWF_NOWAIT`), the booking asks
+/// `cachestat(2)` instead (the ring's own fallback under its disk-rate
+/// guard): a read whose pages are all cached is booked as page-cache bytes,
+/// any other as device bytes. Writes stay first-come (a paced write is
+/// charged piece by piece inside the ring).
 #[derive(Clone)]
 pub struct SharedEngine {
     backend: Backend,
@@ -308,12 +310,17 @@ impl SharedEngine {
                 Backend::Uring(shards) => {
                     let s = match (&tenant, &throttle) {
                         (Some(tenant), Some(t)) => {
+                            let len = buf.len() as u64;
+                            let source = shards[thread_index() % shards.len()]
+                                .lock()
+                                .core
+                                .prebook_source(op, &file, offset, len, t);
                             let booked = crate::tokio::fair_booking(
                                 t,
                                 tenant,
                                 &file,
-                                buf.len(),
-                                offset,
+                                (buf.len(), offset),
+                                source,
                                 max_block,
                             )
                             .await;

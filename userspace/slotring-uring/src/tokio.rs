@@ -121,7 +121,14 @@ impl AsyncEngine {
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
         if let (Some(tenant), Some(t)) = (&self.tenant, throttle) {
-            let s = match fair_booking(t, tenant, file, buf.len(), offset, max_block).await {
+            let len = buf.len() as u64;
+            let source =
+                self.inner
+                    .core
+                    .borrow_mut()
+                    .prebook_source(Op::Read, file, offset, len, t);
+            let range = (buf.len(), offset);
+            let s = match fair_booking(t, tenant, file, range, source, max_block).await {
                 Ok(delay) => {
                     Submit::new(Op::Read, file, offset, None, max_block, PreIoWait::Linked)
                         .prebooked(delay)
@@ -206,22 +213,22 @@ impl AsyncEngine {
 /// `file` through every level of `throttle`, without blocking the runtime
 /// (the async turn: the task's waker queues in each gate; the head that
 /// waits only for time sleeps on a tokio timer), and book its bytes
-/// (trimmed at the known end of the file) as device bytes. Returns the delay
-/// the IO must still wait, from now. Dropping the future while it is queued
-/// hands the turn on.
+/// (trimmed at the known end of the file) from `source`
+/// (`Core::prebook_source`). Returns the delay the IO must still wait, from
+/// now. Dropping the future while it is queued hands the turn on.
 pub(crate) async fn fair_booking(
     throttle: &ThrottlePtr,
     tenant: &Tenant,
     file: &UringFile,
-    len: usize,
-    offset: u64,
+    (len, offset): (usize, u64),
+    source: Source,
     max_block: Duration,
 ) -> Result<u64, slotring_throttle::ThrottleError> {
     let amount = (len as u64).min(file.size_hint().saturating_sub(offset));
     if amount == 0 {
         return Ok(0);
     }
-    let mut r = AsyncReserve::new(Some(tenant.clone()), amount, max_block, 0, Source::Device);
+    let mut r = AsyncReserve::new(Some(tenant.clone()), amount, max_block, 0, source);
     let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
     poll_fn(|cx| {
         loop {

@@ -171,3 +171,46 @@ fn one_task_gets_its_share_against_sixteen_through_the_shared_engine() {
     let limit = (16u64 << 20) as f64 * (run.as_secs_f64() + 0.015) + REQ as f64;
     assert!(((a + b) as f64) <= limit, "{} bytes in {run:?}", a + b);
 }
+
+#[test]
+fn a_tenants_hot_read_is_booked_as_page_cache_and_a_cold_one_as_device() {
+    // The async turn books before the ring sees the read, so the page-cache
+    // check is `cachestat(2)`: a fully cached read skips the block-device
+    // level (its parent still charges it), a cold one is charged there.
+    let tf = disk_file(1 << 20, 79);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let engine = SharedEngine::new(&SharedConfig {
+            rings: 1,
+            ..SharedConfig::default()
+        })
+        .unwrap()
+        .with_tenant(Tenant::new("q", 1).unwrap());
+        let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
+        let len = 256 * 1024;
+        tf.file.evict().unwrap();
+        let (r, buf) = engine
+            .read_at(&tf.file, vec![0; len], 0, Some(&chain), Duration::MAX)
+            .await;
+        assert_eq!(r.unwrap(), len);
+        assert_eq!(buf, tf.data[..len]);
+        assert_eq!(disk.count(), len as u64, "cold: device bytes");
+        assert_eq!(cached_pages(&tf.file, 0, len as u64), (len / 4096) as u64);
+        let (r, _) = engine
+            .read_at(&tf.file, vec![0; len], 0, Some(&chain), Duration::MAX)
+            .await;
+        assert_eq!(r.unwrap(), len);
+        assert_eq!(
+            disk.count(),
+            len as u64,
+            "hot: the disk is not charged again"
+        );
+        assert_eq!(disk.counters().page_cache_amount, len as u64);
+        assert_eq!(parent.count(), 2 * len as u64, "the parent charges both");
+        assert_eq!(engine.tenant().unwrap().charged(), 3 * len as u64);
+    });
+}
