@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use common::*;
 use slotring_throttle::{Tenant, ThrottlePtr, Throttler};
-use slotring_uring::{IoEngine, Reaper, RingConfig, SharedConfig, SharedEngine, UringEngine};
+use slotring_uring::{
+    AsyncEngine, IoEngine, Reaper, RingConfig, SharedConfig, SharedEngine, UringEngine,
+};
 
 const REQ: usize = 256 * 1024;
 
@@ -213,4 +215,52 @@ fn a_tenants_hot_read_is_booked_as_page_cache_and_a_cold_one_as_device() {
         assert_eq!(parent.count(), 2 * len as u64, "the parent charges both");
         assert_eq!(engine.tenant().unwrap().charged(), 3 * len as u64);
     });
+}
+
+#[test]
+fn async_engine_tasks_share_by_tenant_on_one_thread() {
+    // The thread-per-core front end: 8 local tasks as `a` and one as `b` on
+    // one current-thread runtime, each through a handle carrying its tenant;
+    // b's single task gets about half (first-come would give it 1/9).
+    let tf = Arc::new(disk_file(4 << 20, 80));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let local = tokio::task::LocalSet::new();
+    let (a_bytes, b_bytes) = local.block_on(&rt, async {
+        let t: ThrottlePtr = Arc::new(
+            Throttler::builder(16 << 20)
+                .burst(Duration::from_millis(10))
+                .build()
+                .unwrap(),
+        );
+        let e = AsyncEngine::new(&RingConfig::default()).unwrap();
+        let (a, b) = (Tenant::new("a", 1).unwrap(), Tenant::new("b", 1).unwrap());
+        let stop = std::rc::Rc::new(std::cell::Cell::new(false));
+        let mut tasks = Vec::new();
+        for i in 0..9usize {
+            let e = e.with_tenant(if i == 8 { b.clone() } else { a.clone() });
+            let (t, stop, tf) = (t.clone(), stop.clone(), tf.clone());
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut rng = Rng(i as u64 + 1);
+                let mut buf = vec![0; REQ];
+                while !stop.get() {
+                    let off = rng.below((tf.data.len() / REQ) as u64) * REQ as u64;
+                    let (r, back) = e.read_at(&tf.file, buf, off, Some(&t), Duration::MAX).await;
+                    buf = back;
+                    r.expect("read");
+                }
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        stop.set(true);
+        for h in tasks {
+            h.await.unwrap();
+        }
+        (a.charged(), b.charged())
+    });
+    let share = 100.0 * b_bytes as f64 / (a_bytes + b_bytes) as f64;
+    eprintln!("AsyncEngine: b's share {share:.1}%");
+    assert!(share > 35.0, "b got {share:.1}%");
 }
