@@ -43,10 +43,14 @@
 //! pieces of at most [`WRITEBACK_PIECE`] bytes: each piece is booked on the
 //! chain on its own (so a large write waits between its pieces instead of
 //! dirtying everything at once) and goes out as [`IoKind::PacedWrite`], the
-//! write linked to an `IORING_OP_SYNC_FILE_RANGE(SYNC_FILE_RANGE_WRITE)` of
-//! what the request has written so far: the kernel starts the writeback as
-//! soon as the piece is in the page cache, so the disk receives the bytes
-//! at the pace the throttle allows instead of at the flusher's times. The
+//! write linked to an `IORING_OP_SYNC_FILE_RANGE(WAIT_BEFORE | WRITE |
+//! WAIT_AFTER)` of what the request has written so far: the kernel starts
+//! the writeback as soon as the piece is in the page cache and an io-wq
+//! worker waits for the device to complete it, so the disk receives the
+//! bytes at the pace the throttle allows instead of at the flusher's times.
+//! The next piece is booked at that writeback's CQE
+//! ([`Lifecycle::Syncing`] in between), never at the write's: so a request
+//! has at most one piece dirty and not yet on the device. The
 //! writeback's CQE ([`Tag::Writeback`]) changes no result: pacing is not
 //! durability, `fsync` stays the caller's, and a failed or cancelled
 //! writeback only leaves the pages to the kernel's own flush. Only the
@@ -152,6 +156,11 @@ enum Lifecycle {
         /// What is owed when it completes.
         charge: Charge,
     },
+    /// A paced write's piece is written; the writeback linked behind it is
+    /// in flight (the device completing the piece). The next piece is
+    /// booked at that writeback's CQE, so at most one piece of the request
+    /// is dirty and not yet on the device.
+    Syncing,
     /// The IO is in flight, but the timeout heading its chain failed (not
     /// `ETIME`, no cancel asked): the kernel fails the IO with `-ECANCELED`,
     /// and the request reports the timeout's error.
@@ -427,6 +436,7 @@ impl Core {
             Lifecycle::Starting
             | Lifecycle::WaitFailed { .. }
             | Lifecycle::WaitDecides
+            | Lifecycle::Syncing
             | Lifecycle::Completed(_) => unreachable!("{next:?} is entered on a CQE, not queued"),
         };
         // Entered even if the push failed: the caller then finishes the
@@ -677,6 +687,7 @@ impl Core {
             Lifecycle::Linked { .. } => &[Tag::Wait, Tag::Io],
             Lifecycle::Held { .. } | Lifecycle::WaitDecides => &[Tag::Wait],
             Lifecycle::PostWait { .. } => &[Tag::PostWait],
+            Lifecycle::Syncing => &[Tag::Writeback],
             Lifecycle::Starting | Lifecycle::Completed(_) => return,
         };
         // On failure the chain still completes on its own; only the hurry
@@ -765,10 +776,7 @@ impl Core {
                 Ok(())
             }
             Tag::Io => self.on_io(id, c.res),
-            Tag::Writeback => {
-                self.on_writeback(id, c.res);
-                Ok(())
-            }
+            Tag::Writeback => self.on_writeback(id, c.res),
         };
         if let Err(e) = advanced {
             self.finish(id, Err(e));
@@ -920,9 +928,10 @@ impl Core {
                 return Err(UringError::Cancelled);
             }
             if r.paced && r.done >= r.booked {
-                // The piece is written (its writeback is linked behind
-                // it): book and issue the next one.
-                return self.charge_then_io(id, 0);
+                // The piece is written; its writeback, linked behind it,
+                // books the next one when the device has it.
+                self.set_state(id, Lifecycle::Syncing);
+                return Ok(());
             }
             let io = r.next_io(r.io_kind());
             self.counters.short_reads += 1;
@@ -931,24 +940,35 @@ impl Core {
         self.io_done(id, charge)
     }
 
-    /// The `SYNC_FILE_RANGE` behind a paced write completed with `res`. It
-    /// decides nothing about the request: a writeback started (`res == 0`)
-    /// or refused (an error: the pages stay the kernel's to flush, and a
-    /// real write error reaches the caller's `fsync`) ends the request's
-    /// unsubmitted dirty bytes; one cancelled by a short write leaves them
-    /// to the continuation's writeback, unless the request is over.
-    fn on_writeback(&mut self, id: SlotId, res: i32) {
+    /// The `SYNC_FILE_RANGE` behind a paced write completed with `res`. Its
+    /// result decides nothing about the request's: a writeback done
+    /// (`res == 0`) or refused (an error: the pages stay the kernel's to
+    /// flush, and a real write error reaches the caller's `fsync`) ends the
+    /// request's unsubmitted dirty bytes; one cancelled by a short write
+    /// leaves them to the continuation's writeback, unless the request is
+    /// over. Its CQE is what a [`Lifecycle::Syncing`] request waits for:
+    /// the next piece is booked now (or, cancel asked, the request ends).
+    fn on_writeback(&mut self, id: SlotId, res: i32) -> Result<(), UringError> {
         let r = self.req(id);
-        if res == -libc::ECANCELED && !matches!(r.state, Lifecycle::Completed(_)) {
-            return;
+        let syncing = matches!(r.state, Lifecycle::Syncing);
+        if res == -libc::ECANCELED && !syncing && !matches!(r.state, Lifecycle::Completed(_)) {
+            return Ok(());
         }
         let unsynced = std::mem::take(&mut r.unsynced);
+        let cancel = r.owner.cancel_requested();
         self.dirty_unsubmitted -= unsynced;
         match res {
             0.. => self.counters.writeback_submissions += 1,
             e if e == -libc::ECANCELED => {}
             _ => self.counters.writeback_errors += 1,
         }
+        if !syncing {
+            return Ok(());
+        }
+        if cancel {
+            return Err(UringError::Cancelled);
+        }
+        self.charge_then_io(id, 0)
     }
 
     fn io_done(&mut self, id: SlotId, charge: Charge) -> Result<(), UringError> {

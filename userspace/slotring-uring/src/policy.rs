@@ -116,7 +116,8 @@ pub(crate) enum Writeback {
     /// filesystems, pacing off).
     Kernel,
     /// Booked and issued in pieces of at most [`WRITEBACK_PIECE`] bytes,
-    /// each followed at once by `SYNC_FILE_RANGE_WRITE` of what it wrote.
+    /// each followed at once by the writeback of what it wrote, completed by
+    /// the device (`sync_file_range` with `sys::WRITEBACK_FLAGS`).
     Paced,
 }
 

@@ -224,7 +224,7 @@ impl PreadEngine {
     /// `pwrite` all of `buf` at `offset`, charging after each piece as the
     /// reads do. A paced write ([`Writeback::Paced`]) goes in pieces of at
     /// most [`WRITEBACK_PIECE`] bytes, each followed by
-    /// `sync_file_range(SYNC_FILE_RANGE_WRITE)` of what it wrote and by its
+    /// `sync_file_range` (`sys::WRITEBACK_FLAGS`) of what it wrote and by its
     /// charge's sleep; otherwise the whole buffer is one piece. A failure
     /// names the file, the offset reached and the bytes written before it
     /// (which are counted in `write_bytes`).
