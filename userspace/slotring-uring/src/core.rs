@@ -48,9 +48,12 @@
 //! the writeback as soon as the piece is in the page cache and an io-wq
 //! worker waits for the device to complete it, so the disk receives the
 //! bytes at the pace the throttle allows instead of at the flusher's times.
-//! The next piece is booked at that writeback's CQE
-//! ([`Lifecycle::Syncing`] in between), never at the write's: so a request
-//! has at most one piece dirty and not yet on the device. The
+//! The next piece is booked when the throttle allows it and fewer than
+//! [`Policy::writeback_depth`] of the request's pieces are still on their
+//! way to the device; otherwise at the next writeback's CQE
+//! ([`Lifecycle::Syncing`] in between): so a request never has more pieces
+//! dirty and not yet on the device, and a device slower than the limit
+//! holds the writer back. The
 //! writeback's CQE ([`Tag::Writeback`]) changes no result: pacing is not
 //! durability, `fsync` stays the caller's, and a failed or cancelled
 //! writeback only leaves the pages to the kernel's own flush. Only the
@@ -156,10 +159,10 @@ enum Lifecycle {
         /// What is owed when it completes.
         charge: Charge,
     },
-    /// A paced write's piece is written; the writeback linked behind it is
-    /// in flight (the device completing the piece). The next piece is
-    /// booked at that writeback's CQE, so at most one piece of the request
-    /// is dirty and not yet on the device.
+    /// A paced write's piece is written, and [`Policy::writeback_depth`]
+    /// writebacks of its pieces are in flight (the device completing them):
+    /// the next piece is booked at the next writeback CQE, so a request
+    /// never has more pieces dirty and not yet on the device.
     Syncing,
     /// The IO is in flight, but the timeout heading its chain failed (not
     /// `ETIME`, no cancel asked): the kernel fails the IO with `-ECANCELED`,
@@ -231,6 +234,9 @@ pub(crate) struct Req {
     /// Paced writes: the end (within the request) of the bytes booked so
     /// far; a piece is issued up to it and the next is booked from it.
     booked: usize,
+    /// Paced writes: the writebacks (one linked behind each piece's write)
+    /// whose CQE is not in yet.
+    writebacks: u32,
     /// Paced writes: bytes written whose writeback no successful (or
     /// failed, hence the kernel's) `SYNC_FILE_RANGE` has taken yet.
     unsynced: u64,
@@ -348,6 +354,7 @@ impl Core {
             deadline_ns: None,
             paced: false,
             booked: 0,
+            writebacks: 0,
             unsynced: 0,
             owner: Owner::Waiting(None),
             state: Lifecycle::Starting,
@@ -439,10 +446,17 @@ impl Core {
             | Lifecycle::Syncing
             | Lifecycle::Completed(_) => unreachable!("{next:?} is entered on a CQE, not queued"),
         };
+        let paced = matches!(
+            next,
+            Lifecycle::Io { io, .. } | Lifecycle::Linked { io, .. } if io.kind == IoKind::PacedWrite
+        );
         // Entered even if the push failed: the caller then finishes the
         // request, which leaves the state (and its probe bytes) for good.
         self.set_state(id, next);
         self.counters.sq_full += full.map_err(sq_full)?;
+        if paced {
+            self.req(id).writebacks += 1;
+        }
         Ok(())
     }
 
@@ -785,6 +799,11 @@ impl Core {
         let Some(r) = self.ring.data_mut(id) else {
             return;
         };
+        if quiet && matches!(r.state, Lifecycle::Completed(_)) {
+            // Nothing of it is in flight any more: its written bytes are
+            // the device's or the kernel flusher's now.
+            self.dirty_unsubmitted -= std::mem::take(&mut r.unsynced);
+        }
         if matches!(r.owner, Owner::Ignored) {
             self.release_if_quiet(id);
         } else if quiet && matches!(r.state, Lifecycle::Completed(_)) {
@@ -927,11 +946,18 @@ impl Core {
             if cancel {
                 return Err(UringError::Cancelled);
             }
+            let depth = self.policy.writeback_depth.get();
+            let r = self.req(id);
             if r.paced && r.done >= r.booked {
-                // The piece is written; its writeback, linked behind it,
-                // books the next one when the device has it.
-                self.set_state(id, Lifecycle::Syncing);
-                return Ok(());
+                // The piece is written (its writeback is linked behind it):
+                // book the next one, unless `writeback_depth` pieces are
+                // still on their way to the device; then the next
+                // writeback's CQE books it.
+                if r.writebacks >= depth {
+                    self.set_state(id, Lifecycle::Syncing);
+                    return Ok(());
+                }
+                return self.charge_then_io(id, 0);
             }
             let io = r.next_io(r.io_kind());
             self.counters.short_reads += 1;
@@ -950,11 +976,16 @@ impl Core {
     /// the next piece is booked now (or, cancel asked, the request ends).
     fn on_writeback(&mut self, id: SlotId, res: i32) -> Result<(), UringError> {
         let r = self.req(id);
+        r.writebacks = r.writebacks.saturating_sub(1);
         let syncing = matches!(r.state, Lifecycle::Syncing);
         if res == -libc::ECANCELED && !syncing && !matches!(r.state, Lifecycle::Completed(_)) {
             return Ok(());
         }
-        let unsynced = std::mem::take(&mut r.unsynced);
+        // One piece's bytes (the oldest's, or a continued piece's whole:
+        // its writeback covers the piece); whatever is left when the
+        // request's last CQE is in is settled then (in `on_cqe`).
+        let unsynced = r.unsynced.min(WRITEBACK_PIECE);
+        r.unsynced -= unsynced;
         let cancel = r.owner.cancel_requested();
         self.dirty_unsubmitted -= unsynced;
         match res {

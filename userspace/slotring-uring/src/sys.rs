@@ -167,17 +167,24 @@ pub trait Syscalls: Send + 'static {
         }
     }
 
-    /// `sync_file_range(fd, off, len, WRITEBACK_FLAGS)`: write back the
-    /// dirty pages of the range and wait for the device to complete it (the
-    /// `pread` engine's paced writeback; no flush, no durability).
-    fn sync_file_range_write(&mut self, fd: RawFd, off: u64, len: u64) -> io::Result<()> {
+    /// `sync_file_range(2)` of the range (the `pread` engine's paced
+    /// writeback; no flush, no durability): with `complete` false,
+    /// `SYNC_FILE_RANGE_WRITE` starts the writeback of its dirty pages; with
+    /// `complete` true, [`WRITEBACK_FLAGS`] writes back what is dirty and
+    /// waits until the device has completed the whole range.
+    fn sync_file_range(&mut self, fd: RawFd, off: u64, len: u64, complete: bool) -> io::Result<()> {
         let off = libc::off64_t::try_from(off)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let len = libc::off64_t::try_from(len)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let flags = if complete {
+            WRITEBACK_FLAGS
+        } else {
+            libc::SYNC_FILE_RANGE_WRITE
+        };
         // SAFETY: no memory is passed; the kernel validates `fd` (a bad one
         // is `EBADF`, not UB).
-        let r = unsafe { libc::sync_file_range(fd, off, len, WRITEBACK_FLAGS) };
+        let r = unsafe { libc::sync_file_range(fd, off, len, flags) };
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {

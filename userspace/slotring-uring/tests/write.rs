@@ -101,21 +101,37 @@ fn write_then_check_disk(e: &mut dyn IoEngine, data: &[u8], limit: &ThrottlePtr)
     dirty_at_return
 }
 
+/// `Policy::default()` with at most `depth` pieces of a request on their
+/// way to the device.
+fn depth(depth: u32) -> Policy {
+    Policy {
+        writeback_depth: std::num::NonZeroU32::new(depth).unwrap(),
+        ..Policy::default()
+    }
+}
+
 fn paced_writes_reach_the_disk(make: fn(Policy) -> Box<dyn IoEngine>) {
     let data = pattern(MIB, 7);
+    // 1 MiB fits the 100 ms burst of 32 MiB/s: every piece is booked at
+    // once, so only the depth holds the next piece back.
     let limit = disk_limit(32 << 20);
-    let mut e = make(Policy::default());
-    assert_eq!(
-        write_then_check_disk(e.as_mut(), &data, &limit),
-        0,
-        "a paced write returned before the device had completed every piece"
-    );
-    let wb = e.counters();
-    assert_eq!(wb.paced_bytes, MIB as u64);
-    assert_eq!(wb.writeback_submissions, (MIB / PIECE) as u64, "{wb:?}");
-    assert_eq!(wb.writeback_errors, 0);
-    assert!(wb.dirty_high_water_bytes <= PIECE as u64, "{wb:?}");
-    assert_eq!(e.counters().write_bytes, MIB as u64);
+    for d in [1, 2, Policy::default().writeback_depth.get()] {
+        let mut e = make(depth(d));
+        assert_eq!(
+            write_then_check_disk(e.as_mut(), &data, &limit),
+            0,
+            "depth {d}: a paced write returned before the device had completed every piece"
+        );
+        let wb = e.counters();
+        assert_eq!(wb.paced_bytes, MIB as u64);
+        assert_eq!(wb.writeback_submissions, (MIB / PIECE) as u64, "{wb:?}");
+        assert_eq!(wb.writeback_errors, 0);
+        assert!(
+            wb.dirty_high_water_bytes <= u64::from(d) * PIECE as u64,
+            "depth {d}: {wb:?}"
+        );
+        assert_eq!(e.counters().write_bytes, MIB as u64);
+    }
     // The same write without pacing leaves its pages to the kernel's flush:
     // what this test catches when pacing is broken.
     let mut plain = make(unpaced());
@@ -135,7 +151,8 @@ fn pread_paced_writes_reach_the_disk_before_the_next_window() {
 
 /// At 8 MiB/s with a 1 ms burst, a 1 MiB write is four pieces, each booked
 /// on its own: the writer waits between them instead of dirtying 1 MiB at
-/// once, and never has more than a piece dirty and unsubmitted.
+/// once, and (depth 1) never has more than a piece dirty and not on the
+/// device.
 fn large_writes_go_in_booked_pieces(make: fn(Policy) -> Box<dyn IoEngine>) {
     let limit: ThrottlePtr = Arc::new(
         Throttler::builder(8 << 20)
@@ -146,7 +163,7 @@ fn large_writes_go_in_booked_pieces(make: fn(Policy) -> Box<dyn IoEngine>) {
     );
     let (f, _path) = empty_disk_file();
     let data = pattern(MIB, 8);
-    let mut e = make(Policy::default());
+    let mut e = make(depth(1));
     let (r, _) = e.write_at(&f, data.clone(), 4096, Some(&limit), NO_CAP);
     assert_eq!(r.unwrap(), MIB);
     let c = e.counters();
@@ -177,7 +194,12 @@ fn dropped_paced_writes_end_cleanly_in_every_state() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let e = slotring_uring::AsyncEngine::new(&RingConfig::default()).unwrap();
+        // Depth 1: every piece waits for its writeback before the next.
+        let cfg = RingConfig {
+            policy: depth(1),
+            ..RingConfig::default()
+        };
+        let e = slotring_uring::AsyncEngine::new(&cfg).unwrap();
         let (f, _path) = empty_disk_file();
         // 4 MiB at 16 MiB/s: 16 pieces, one every 15.6 ms after the burst.
         let limit = disk_limit(16 << 20);
