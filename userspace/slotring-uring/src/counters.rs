@@ -27,7 +27,7 @@ slotring_counters::counter_set! {
         counter sq_full: "Times the submission queue was full.",
         /// Completions are kept by `IORING_FEAT_NODROP`.
         counter cq_overflows: "Enters that found the completion queue overflowed (nothing lost).",
-        /// Each followed at once by the start of its writeback.
+        /// Each followed at once by its writeback, completed by the device.
         counter paced_bytes: "Bytes written by paced writes.",
         /// Writeback `sync_file_range` SQEs or calls that succeeded.
         counter writeback_submissions: "Writebacks started for paced writes.",

@@ -1,7 +1,8 @@
 //! Paced writeback on the real kernel and a real filesystem, both engines:
-//! the bytes are right, a paced write has started the writeback of all it
-//! dirtied when it returns (so the disk has them before the next 100 ms
-//! window of the limit), large writes are paced piece by piece, and every
+//! the bytes are right, the device has completed all a paced write dirtied
+//! when it returns, with at most `writeback_depth` pieces on their way at
+//! once, large writes are paced piece by piece, drops in each state end
+//! cleanly, and every
 //! write fault (`ENOSPC` on a real loop-mounted filesystem, `EIO` and short
 //! writes through the seam, a file truncated under the writer) ends in a
 //! typed error or result that reports exactly what was written.
