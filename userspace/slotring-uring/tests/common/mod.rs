@@ -161,6 +161,11 @@ pub struct Plan {
     pub sync_errors: Vec<i32>,
     /// Log of every call made, by name.
     pub log: Vec<&'static str>,
+    /// `(to_submit, min_complete)` of every `io_uring_enter` that reached
+    /// the kernel.
+    pub enters: Vec<(u32, u32)>,
+    /// `(user_data, res)` of every completion reaped, as the kernel gave it.
+    pub completions: Vec<(u64, i32)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -189,11 +194,13 @@ impl Syscalls for FaultSys {
                 let e = plan.enter_errors.remove(0);
                 return Err(std::io::Error::from_raw_os_error(e));
             }
+            plan.enters.push((s, m));
         }
         RealSyscalls.io_uring_enter(ring, s, m, f)
     }
     fn completion(&mut self, user_data: u64, res: &mut i32) {
         let mut plan = self.0.lock().unwrap();
+        plan.completions.push((user_data, *res));
         if user_data & 7 == 1 && !plan.wait_results.is_empty() {
             *res = -plan.wait_results.remove(0);
         }
