@@ -85,6 +85,20 @@ pub trait Throttle: Send + Sync + Debug {
         source: Source,
     ) -> Result<Reservation, ThrottleError>;
 
+    /// `amount` tokens charged earlier as [`Source::Device`] turned out to
+    /// be copied from the OS page cache (a read found cached when its
+    /// throttle wait ended, brought in meanwhile by another reader): give
+    /// them back where a page-cache read is not charged. A throttler that
+    /// limits a block device returns them to its bucket (never past its
+    /// burst, so the bound "charged ≤ burst + rate·T + one request" holds
+    /// with refunds netted) and counts them as page-cache bytes; its parents
+    /// and every other throttler keep them, as they would have charged a
+    /// page-cache read. Never fails and never waits. The default keeps
+    /// everything (a custom throttle that does not distinguish sources).
+    fn refund_page_cache_read(&self, amount: u64) {
+        let _ = amount;
+    }
+
     /// Call `f` on every [`Throttler`] in this chain (for statistics export).
     fn visit(&self, f: &mut dyn FnMut(&Throttler));
 }
@@ -489,6 +503,25 @@ impl Throttler {
         }
     }
 
+    /// Take `amount` off the lifetime count (a refund), never below 0; a
+    /// saturated count stays saturated (it reads "at least 2⁶⁴ − 1", and a
+    /// refund cannot tell how much lies above). Relaxed, as
+    /// [`Self::add_count`].
+    fn sub_count(&self, amount: u64) {
+        let count = &self.bucket.count;
+        let mut cur = count.load(Ordering::Relaxed);
+        loop {
+            if cur == u64::MAX {
+                return;
+            }
+            let next = cur.saturating_sub(amount);
+            match count.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(actual) => cur = actual,
+            }
+        }
+    }
+
     /// ClickHouse's `throttle`: charge here at once, wait for this level's
     /// deficit, then the parent (today's path, without a tenant).
     fn throttle_first_come(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
@@ -687,6 +720,22 @@ impl Throttle for Throttler {
         }
     }
 
+    fn refund_page_cache_read(&self, amount: u64) {
+        if self.block_device {
+            // What the burst caps is kept (it was waited for already); the
+            // count and the page-cache bytes move by the whole amount, as if
+            // the read had been known to be cached when it was charged.
+            let _ = self.bucket.refund(amount, self.now());
+            self.sub_count(amount);
+            self.live
+                .page_cache_amount
+                .fetch_add(amount, Ordering::Relaxed);
+        }
+        if let Some(p) = &self.parent {
+            p.refund_page_cache_read(amount);
+        }
+    }
+
     fn visit(&self, f: &mut dyn FnMut(&Throttler)) {
         f(self);
         if let Some(p) = &self.parent {
@@ -759,6 +808,12 @@ impl Throttle for ThrottlerArray {
             };
         }
         Ok(acc)
+    }
+
+    fn refund_page_cache_read(&self, amount: u64) {
+        for t in &self.members {
+            t.refund_page_cache_read(amount);
+        }
     }
 
     fn visit(&self, f: &mut dyn FnMut(&Throttler)) {
