@@ -231,8 +231,9 @@ impl Server {
             let _ = e.poll_progress();
             let c = e.counters();
             out += &format!(
-                "page_cache_bytes={}\ncancellations={}\nsq_full={}\ncq_overflows={}\nin_flight={}\n",
+                "page_cache_bytes={}\npage_cache_refund_bytes={}\ncancellations={}\nsq_full={}\ncq_overflows={}\nin_flight={}\n",
                 c.page_cache_bytes,
+                c.page_cache_refund_bytes,
                 c.cancellations,
                 c.sq_full,
                 c.cq_overflows,

@@ -29,8 +29,15 @@
 //!   block-device level skips it, its parents charge it; a resulting wait is
 //!   a standalone timeout before the request completes). `-EAGAIN` or a
 //!   short result charges what remains as a device read and queues timeout +
-//!   plain read, which go out with the next `io_uring_enter` the driver
-//!   makes anyway.
+//!   read, which go out with the next `io_uring_enter` the driver makes
+//!   anyway. When a wait was booked, that read is a *re-probe* (`RWF_NOWAIT`
+//!   again): whatever another reader brought into the page cache during the
+//!   wait is refunded to the block-device throttlers
+//!   ([`Throttle::refund_page_cache_read`]) and only the rest is read
+//!   plainly, so the disk sees the limit even when many connections miss on
+//!   the same ranges.
+//!
+//! [`Throttle::refund_page_cache_read`]: slotring_throttle::Throttle::refund_page_cache_read
 //! * **Guard** (the block device's instantaneous rate): while
 //!   [`Policy::guard_engaged`] for this read plus every probe already in
 //!   flight, the engine does not probe: it asks `cachestat(2)` and routes
@@ -225,6 +232,9 @@ pub(crate) struct Req {
     /// Paced writes: bytes written whose writeback no successful (or
     /// failed, hence the kernel's) `SYNC_FILE_RANGE` has taken yet.
     unsynced: u64,
+    /// A read routed by probing the page cache ([`Route::Probe`]): after a
+    /// throttle wait its IO is a re-probe (see [`Core::on_reprobe`]).
+    reprobe: bool,
     owner: Owner,
     state: Lifecycle,
 }
@@ -340,6 +350,7 @@ impl Core {
             paced: false,
             booked: 0,
             unsynced: 0,
+            reprobe: false,
             owner: Owner::Waiting(None),
             state: Lifecycle::Starting,
         };
@@ -375,6 +386,7 @@ impl Core {
             Route::Device => self.charge_then_io(id, 0),
             Route::PageCache => self.known_hit_io(id),
             Route::Probe => {
+                self.req(id).reprobe = op == Op::Read;
                 let need = |probes: u64| probes + len as u64;
                 let mut engaged = self
                     .policy
@@ -496,7 +508,14 @@ impl Core {
             r.max_block,
             after_ns,
         )?;
-        let (io, pre_io_wait) = (r.next_io(r.io_kind()), r.pre_io_wait);
+        // A read that waits re-probes the page cache when the wait ends
+        // (another reader may have brought its bytes in meanwhile).
+        let kind = if delay > 0 && r.reprobe {
+            IoKind::NowaitRead
+        } else {
+            r.io_kind()
+        };
+        let (io, pre_io_wait) = (r.next_io(kind), r.pre_io_wait);
         let next = match (self.book_wait(id, delay), pre_io_wait) {
             (None, _) => Lifecycle::Io {
                 io,
@@ -850,20 +869,22 @@ impl Core {
     fn on_io(&mut self, id: SlotId, res: i32) -> Result<(), UringError> {
         let r = self.req(id);
         let cancel = r.owner.cancel_requested();
-        let (io, charge) = match r.state {
-            Lifecycle::Probing { io } => (io, Charge::Booked),
-            Lifecycle::Io { io, charge } => (io, charge),
+        // `first`: the probe that decides the charge; a NOWAIT read in any
+        // other state is a re-probe after a booked wait.
+        let (io, charge, first) = match r.state {
+            Lifecycle::Probing { io } => (io, Charge::Booked, true),
+            Lifecycle::Io { io, charge } => (io, charge, false),
             Lifecycle::Linked { .. } if res == -libc::ECANCELED && !cancel => {
                 // Its wait's CQE is still to come: whether the wait failed
                 // decides the outcome (`on_wait`).
                 r.state = Lifecycle::WaitDecides;
                 return Ok(());
             }
-            Lifecycle::Linked { io, .. } => (io, Charge::Booked),
+            Lifecycle::Linked { io, .. } => (io, Charge::Booked, false),
             Lifecycle::WaitFailed { errno, .. } if res == -libc::ECANCELED => {
                 return Err(timeout_failed(errno));
             }
-            Lifecycle::WaitFailed { io, .. } => (io, Charge::Booked),
+            Lifecycle::WaitFailed { io, .. } => (io, Charge::Booked, false),
             // Finished already.
             _ => return Ok(()),
         };
@@ -876,15 +897,18 @@ impl Core {
                 return Err(UringError::Cancelled);
             }
             self.counters.resubmits += 1;
-            let again = if probing {
+            let again = if first {
                 Lifecycle::Probing { io }
             } else {
                 Lifecycle::Io { io, charge }
             };
             return self.queue(id, again);
         }
-        if probing {
+        if probing && first {
             return self.on_probe(id, io, res);
+        }
+        if probing {
+            return self.on_reprobe(id, io, res);
         }
         let r = self.req(id);
         if res < 0 {
@@ -1013,6 +1037,54 @@ impl Core {
         }
         self.counters.nowait_misses += 1;
         self.charge_then_io(id, d)
+    }
+
+    /// A read charged as a miss re-probed the page cache when its throttle
+    /// wait ended (`RWF_NOWAIT`): what it found cached another reader
+    /// brought in meanwhile, so the disk never reads it for us; those bytes
+    /// are given back to the block-device throttlers
+    /// ([`slotring_throttle::Throttle::refund_page_cache_read`]), and the
+    /// rest (a miss, or past a cached prefix) is read as charged. Without
+    /// the refund, at many connections the disk runs under its limit by the
+    /// share of charged reads another connection served first.
+    fn on_reprobe(&mut self, id: SlotId, io: IoSqe, res: i32) -> Result<(), UringError> {
+        if self.req(id).owner.cancel_requested() {
+            return Err(UringError::Cancelled);
+        }
+        let n = match res {
+            // Still not cached (or NOWAIT refused now): the read it waited for.
+            e if e == -libc::EAGAIN || e == -libc::EOPNOTSUPP => 0,
+            e if e < 0 => return Err(io_failed(io, e)),
+            // At or past EOF.
+            0 => return self.io_done(id, Charge::Booked),
+            n => n as usize,
+        };
+        if n > 0 {
+            self.counters.page_cache_hits += 1;
+            self.counters.page_cache_bytes += n as u64;
+            self.counters.page_cache_refund_bytes += n as u64;
+            let r = self.req(id);
+            r.done += n;
+            if let Some(t) = &r.throttle {
+                t.refund_page_cache_read(n as u64);
+            }
+        }
+        let r = self.req(id);
+        if r.done == r.len {
+            return self.io_done(id, Charge::Booked);
+        }
+        let io = r.next_io(IoKind::Read);
+        if n > 0 {
+            // A cached prefix: the rest is read as charged.
+            self.counters.short_reads += 1;
+        }
+        self.queue(
+            id,
+            Lifecycle::Io {
+                io,
+                charge: Charge::Booked,
+            },
+        )
     }
 
     /// Whether the request finished.
