@@ -235,12 +235,13 @@ impl Bucket {
     }
 
     /// Refill to `now_ns`, capped at the burst, then give back `amount`
-    /// tokens, never past the burst: `tokens = min(burst, min(burst, tokens
-    /// + rate·dt) + amount)`, i.e. `tat ← max(max(tat, now − burst) −
-    /// amount, now − burst)`, exact like a charge. Returns the nano-tokens
-    /// actually given back (less than `amount·10⁹` where the burst caps
-    /// them). While unlimited (rate 0) the bucket is frozen and nothing is
-    /// given back, as nothing was charged.
+    /// tokens, never past the burst. In tokens that is
+    /// `min(burst, min(burst, tokens + rate·dt) + amount)`; in virtual time
+    /// `tat ← max(max(tat, now − burst) − amount, now − burst)`, exact like
+    /// a charge. Returns the nano-tokens actually given back (less than
+    /// `amount·10⁹` where the burst caps them). While unlimited (rate 0)
+    /// the bucket is frozen and nothing is given back, as nothing was
+    /// charged.
     ///
     /// Memory ordering: as a charge (Acquire loads of `cfg` then `word`,
     /// tags compared, `AcqRel` CAS), so a refund and a charge are ordered

@@ -98,7 +98,7 @@ pub use crate::shared::{AsyncIo, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls, WARM_UP_USER_DATA};
 pub use crate::tokio::AsyncEngine;
-pub use crate::wait::RingWait;
+pub use crate::wait::{RingWait, RingWaitConfig};
 
 /// Re-exported so seam implementations can name the ring type.
 #[cfg(feature = "test-util")]

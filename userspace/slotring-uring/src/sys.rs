@@ -111,6 +111,18 @@ pub trait Syscalls: Send + 'static {
         }
     }
 
+    /// `io_uring_enter(ring, 0, 1, GETEVENTS | EXT_ARG | ABS_TIMER, {ts})`:
+    /// wait for one CQE or until the absolute `CLOCK_MONOTONIC` time
+    /// `deadline_ns` (no SQE; kernel 6.12+). `ETIME` is the deadline passing.
+    fn io_uring_wait_until(&mut self, ring: &IoUring, deadline_ns: u64) -> io::Result<usize> {
+        let ts = types::Timespec::new()
+            .sec(deadline_ns / 1_000_000_000)
+            .nsec((deadline_ns % 1_000_000_000) as u32);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        ring.submitter()
+            .submit_with_args_and_flags(1, &args, io_uring::EnterFlags::ABS_TIMER)
+    }
+
     /// `io_uring_register(IORING_REGISTER_EVENTFD)`: signal `efd` on every CQE.
     fn io_uring_register_eventfd(&mut self, ring: &IoUring, efd: RawFd) -> io::Result<()> {
         ring.submitter().register_eventfd(efd)
@@ -794,6 +806,18 @@ impl<T> Ring<T> {
                 }
                 Ok(n)
             }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sleep in `io_uring_enter` until the absolute `CLOCK_MONOTONIC` time
+    /// `deadline_ns` (an EXT_ARG timeout, no SQE), through the seam. `Ok`
+    /// once the deadline passed (`ETIME`) or a CQE arrived; `EINTR` and
+    /// other errors are the caller's.
+    pub(crate) fn wait_until(&mut self, deadline_ns: u64) -> io::Result<()> {
+        match self.sys.io_uring_wait_until(&self.ring, deadline_ns) {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ETIME) => Ok(()),
             Err(e) => Err(e),
         }
     }

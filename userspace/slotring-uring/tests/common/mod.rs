@@ -146,6 +146,8 @@ pub struct Plan {
     pub wait_results: Vec<i32>,
     /// Errors to return from the next `io_uring_enter` calls, in order.
     pub enter_errors: Vec<i32>,
+    /// Errors to return from the next timed waits (`io_uring_wait_until`).
+    pub wait_until_errors: Vec<i32>,
     /// Report a full SQ this many times.
     pub sq_full: u32,
     /// Fail io_uring_setup with this errno.
@@ -197,6 +199,17 @@ impl Syscalls for FaultSys {
             plan.enters.push((s, m));
         }
         RealSyscalls.io_uring_enter(ring, s, m, f)
+    }
+    fn io_uring_wait_until(&mut self, ring: &IoUring, deadline_ns: u64) -> std::io::Result<usize> {
+        {
+            let mut plan = self.0.lock().unwrap();
+            plan.log.push("io_uring_wait_until");
+            if !plan.wait_until_errors.is_empty() {
+                let e = plan.wait_until_errors.remove(0);
+                return Err(std::io::Error::from_raw_os_error(e));
+            }
+        }
+        RealSyscalls.io_uring_wait_until(ring, deadline_ns)
     }
     fn completion(&mut self, user_data: u64, res: &mut i32) {
         let mut plan = self.0.lock().unwrap();
