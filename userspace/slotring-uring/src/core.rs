@@ -30,12 +30,14 @@
 //!   a standalone timeout before the request completes). `-EAGAIN` or a
 //!   short result charges what remains as a device read and queues timeout +
 //!   read, which go out with the next `io_uring_enter` the driver makes
-//!   anyway. When a wait was booked, that read is a *re-probe* (`RWF_NOWAIT`
-//!   again): whatever another reader brought into the page cache during the
-//!   wait is refunded to the block-device throttlers
-//!   ([`Throttle::refund_page_cache_read`]) and only the rest is read
-//!   plainly, so the disk sees the limit even when many connections miss on
-//!   the same ranges.
+//!   anyway. A read the disk-rate guard routed by `cachestat` (no
+//!   `RWF_NOWAIT` read of its own yet) that has to wait goes out as a
+//!   *re-probe* (`RWF_NOWAIT`) at its deadline: whatever another reader
+//!   brought into the page cache during the wait is refunded to the
+//!   block-device throttlers ([`Throttle::refund_page_cache_read`]) and
+//!   only the rest is read plainly, so the disk sees the limit even when
+//!   many connections miss on the same ranges (see `Core::on_reprobe` for
+//!   why a request that probed does not re-probe).
 //!
 //! [`Throttle::refund_page_cache_read`]: slotring_throttle::Throttle::refund_page_cache_read
 //! * **Guard** (the block device's instantaneous rate): while
@@ -232,8 +234,11 @@ pub(crate) struct Req {
     /// Paced writes: bytes written whose writeback no successful (or
     /// failed, hence the kernel's) `SYNC_FILE_RANGE` has taken yet.
     unsynced: u64,
-    /// A read routed by probing the page cache ([`Route::Probe`]): after a
-    /// throttle wait its IO is a re-probe (see [`Core::on_reprobe`]).
+    /// A read routed by probing the page cache ([`Route::Probe`]) that has
+    /// issued no `RWF_NOWAIT` read yet (the disk-rate guard routed it by
+    /// `cachestat`): after a throttle wait its IO is a re-probe (see
+    /// [`Core::on_reprobe`]). A probe that misses clears it: it may have
+    /// started the read-in itself.
     reprobe: bool,
     owner: Owner,
     state: Lifecycle,
@@ -991,6 +996,9 @@ impl Core {
 
     fn on_probe(&mut self, id: SlotId, probe: IoSqe, res: i32) -> Result<(), UringError> {
         let cancel = self.req(id).owner.cancel_requested();
+        // Whatever it found, this probe may have started reading the rest
+        // in: a hit after the wait could be its own (see `on_reprobe`).
+        self.req(id).reprobe = false;
         if res == -libc::EAGAIN {
             self.counters.nowait_misses += 1;
             if cancel {
@@ -1047,6 +1055,14 @@ impl Core {
     /// rest (a miss, or past a cached prefix) is read as charged. Without
     /// the refund, at many connections the disk runs under its limit by the
     /// share of charged reads another connection served first.
+    ///
+    /// Only a request that issued no `RWF_NOWAIT` read before its wait
+    /// re-probes (see [`Req::reprobe`]): on this kernel (6.18) a
+    /// `RWF_NOWAIT` read that misses *starts reading the range in* before
+    /// it answers `-EAGAIN` (16 pages of a 64 KiB miss are resident right
+    /// after it, `fincore` shows), so after a probe that missed, the
+    /// request's own disk read may be done by the end of its wait, and a
+    /// re-probe would refund the disk read it caused.
     fn on_reprobe(&mut self, id: SlotId, io: IoSqe, res: i32) -> Result<(), UringError> {
         if self.req(id).owner.cancel_requested() {
             return Err(UringError::Cancelled);
@@ -1062,12 +1078,8 @@ impl Core {
         if n > 0 {
             self.counters.page_cache_hits += 1;
             self.counters.page_cache_bytes += n as u64;
-            self.counters.page_cache_refund_bytes += n as u64;
-            let r = self.req(id);
-            r.done += n;
-            if let Some(t) = &r.throttle {
-                t.refund_page_cache_read(n as u64);
-            }
+            self.req(id).done += n;
+            self.refund(id, n as u64);
         }
         let r = self.req(id);
         if r.done == r.len {
@@ -1085,6 +1097,15 @@ impl Core {
                 charge: Charge::Booked,
             },
         )
+    }
+
+    /// Give `n` bytes charged as a disk read back to the request's
+    /// block-device throttlers: they came from the page cache after all.
+    fn refund(&mut self, id: SlotId, n: u64) {
+        self.counters.page_cache_refund_bytes += n;
+        if let Some(t) = &self.req(id).throttle {
+            t.refund_page_cache_read(n);
+        }
     }
 
     /// Whether the request finished.

@@ -561,3 +561,48 @@ fn a_miss_found_cached_after_its_wait_is_refunded_to_the_disk() {
     );
     assert_eq!(d.page_cache_amount, LEN as u64, "{d:?}");
 }
+
+/// A miss found by a `RWF_NOWAIT` probe is not re-probed after its wait: on
+/// this kernel the probe itself starts reading the range in, so by the end
+/// of the wait the pages may be there because of this very request, and a
+/// re-probe would refund the disk read it caused.
+#[test]
+fn a_probed_miss_is_not_refunded_for_its_own_read_in() {
+    const LEN: usize = 64 << 10;
+    let tf = disk_file(1 << 20, 52);
+    nix::fcntl::posix_fadvise(
+        tf.file.file(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM,
+    )
+    .unwrap();
+    make_cold(&tf.file, 1 << 20);
+    // The disk bucket covers the read (no guard: the read is probed); the
+    // parent makes it wait ~0.5 s, long enough for the probe's read-in.
+    let parent: ThrottlePtr = Arc::new(
+        Throttler::builder(128 << 10)
+            .burst(Duration::from_millis(1))
+            .name("user")
+            .build()
+            .unwrap(),
+    );
+    let disk = Arc::new(
+        Throttler::builder(1 << 30)
+            .limits_block_device_bandwidth(true)
+            .parent(parent)
+            .name("disk")
+            .build()
+            .unwrap(),
+    );
+    let chain: ThrottlePtr = disk.clone();
+    let mut e = UringEngine::new(&RingConfig::default()).unwrap();
+    let (r, buf) = e.read_at(&tf.file, vec![0; LEN], 0, Some(&chain), NO_CAP);
+    assert_eq!(r.unwrap(), LEN);
+    assert_eq!(buf, tf.data[..LEN]);
+    let c = e.counters();
+    assert_eq!(c.nowait_misses, 1, "{c:?}");
+    assert!(c.wait_us >= 400_000, "the parent made it wait: {c:?}");
+    assert_eq!(c.page_cache_refund_bytes, 0, "{c:?}");
+    assert_eq!(disk.counters().amount, LEN as u64);
+}

@@ -148,6 +148,7 @@ pub struct Plan {
     pub enter_errors: Vec<i32>,
     /// Errors to return from the next timed waits (`io_uring_wait_until`).
     pub wait_until_errors: Vec<i32>,
+
     /// Report a full SQ this many times.
     pub sq_full: u32,
     /// Fail io_uring_setup with this errno.
@@ -210,6 +211,15 @@ impl Syscalls for FaultSys {
             }
         }
         RealSyscalls.io_uring_wait_until(ring, deadline_ns)
+    }
+    fn cachestat(
+        &mut self,
+        fd: i32,
+        off: u64,
+        len: u64,
+    ) -> std::io::Result<slotring_uring::CacheStat> {
+        self.0.lock().unwrap().log.push("cachestat");
+        RealSyscalls.cachestat(fd, off, len)
     }
     fn completion(&mut self, user_data: u64, res: &mut i32) {
         let mut plan = self.0.lock().unwrap();
@@ -283,15 +293,6 @@ impl Syscalls for FaultSys {
             }
         }
         RealSyscalls.sync_file_range_write(fd, off, len)
-    }
-    fn cachestat(
-        &mut self,
-        fd: i32,
-        off: u64,
-        len: u64,
-    ) -> std::io::Result<slotring_uring::CacheStat> {
-        self.0.lock().unwrap().log.push("cachestat");
-        RealSyscalls.cachestat(fd, off, len)
     }
 }
 
