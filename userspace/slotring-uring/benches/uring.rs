@@ -250,6 +250,7 @@ fn hot(report: &mut Report, f: &Arc<UringFile>) {
         detect_page_cache: false,
         disk_rate_guard: true,
         pace_writeback: true,
+        ..Policy::default()
     };
     let mut off = UringEngine::new(&RingConfig {
         policy: off_policy,
@@ -368,11 +369,13 @@ fn misses(report: &mut Report, f: &Arc<UringFile>) {
         detect_page_cache: true,
         disk_rate_guard: false,
         pace_writeback: true,
+        ..Policy::default()
     };
     let off = Policy {
         detect_page_cache: false,
         disk_rate_guard: false,
         pace_writeback: true,
+        ..Policy::default()
     };
     let n = 256;
     let d1 = cold_syscalls("uring", on, 1, f, n) - cold_syscalls("uring", off, 1, f, n);
@@ -727,6 +730,7 @@ fn disk(report: &mut Report, f: &Arc<UringFile>) {
         detect_page_cache: true,
         disk_rate_guard: false,
         pace_writeback: true,
+        ..Policy::default()
     };
     let (guarded, guarded_dev) = disk_peak(f, &stat, Policy::default(), limit, 2.5);
     let (naive, naive_dev) = disk_peak(f, &stat, naive_policy, limit, 2.5);

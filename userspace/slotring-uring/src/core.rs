@@ -52,10 +52,17 @@
 //! pieces of at most [`WRITEBACK_PIECE`] bytes: each piece is booked on the
 //! chain on its own (so a large write waits between its pieces instead of
 //! dirtying everything at once) and goes out as [`IoKind::PacedWrite`], the
-//! write linked to an `IORING_OP_SYNC_FILE_RANGE(SYNC_FILE_RANGE_WRITE)` of
-//! what the request has written so far: the kernel starts the writeback as
-//! soon as the piece is in the page cache, so the disk receives the bytes
-//! at the pace the throttle allows instead of at the flusher's times. The
+//! write linked to an `IORING_OP_SYNC_FILE_RANGE(WAIT_BEFORE | WRITE |
+//! WAIT_AFTER)` of what the request has written so far: the kernel starts
+//! the writeback as soon as the piece is in the page cache and an io-wq
+//! worker waits for the device to complete it, so the disk receives the
+//! bytes at the pace the throttle allows instead of at the flusher's times.
+//! The next piece is booked when the throttle allows it and fewer than
+//! [`Policy::writeback_depth`] of the request's pieces are still on their
+//! way to the device; otherwise at the next writeback's CQE
+//! ([`Lifecycle::Syncing`] in between): so a request never has more pieces
+//! dirty and not yet on the device, and a device slower than the limit
+//! holds the writer back. The
 //! writeback's CQE ([`Tag::Writeback`]) changes no result: pacing is not
 //! durability, `fsync` stays the caller's, and a failed or cancelled
 //! writeback only leaves the pages to the kernel's own flush. Only the
@@ -161,6 +168,11 @@ enum Lifecycle {
         /// What is owed when it completes.
         charge: Charge,
     },
+    /// A paced write's piece is written, and [`Policy::writeback_depth`]
+    /// writebacks of its pieces are in flight (the device completing them):
+    /// the next piece is booked at the next writeback CQE, so a request
+    /// never has more pieces dirty and not yet on the device.
+    Syncing,
     /// The IO is in flight, but the timeout heading its chain failed (not
     /// `ETIME`, no cancel asked): the kernel fails the IO with `-ECANCELED`,
     /// and the request reports the timeout's error.
@@ -231,6 +243,9 @@ pub(crate) struct Req {
     /// Paced writes: the end (within the request) of the bytes booked so
     /// far; a piece is issued up to it and the next is booked from it.
     booked: usize,
+    /// Paced writes: the writebacks (one linked behind each piece's write)
+    /// whose CQE is not in yet.
+    writebacks: u32,
     /// Paced writes: bytes written whose writeback no successful (or
     /// failed, hence the kernel's) `SYNC_FILE_RANGE` has taken yet.
     unsynced: u64,
@@ -354,6 +369,7 @@ impl Core {
             deadline_ns: None,
             paced: false,
             booked: 0,
+            writebacks: 0,
             unsynced: 0,
             reprobe: false,
             owner: Owner::Waiting(None),
@@ -444,12 +460,20 @@ impl Core {
             Lifecycle::Starting
             | Lifecycle::WaitFailed { .. }
             | Lifecycle::WaitDecides
+            | Lifecycle::Syncing
             | Lifecycle::Completed(_) => unreachable!("{next:?} is entered on a CQE, not queued"),
         };
+        let paced = matches!(
+            next,
+            Lifecycle::Io { io, .. } | Lifecycle::Linked { io, .. } if io.kind == IoKind::PacedWrite
+        );
         // Entered even if the push failed: the caller then finishes the
         // request, which leaves the state (and its probe bytes) for good.
         self.set_state(id, next);
         self.counters.sq_full += full.map_err(sq_full)?;
+        if paced {
+            self.req(id).writebacks += 1;
+        }
         Ok(())
     }
 
@@ -701,6 +725,7 @@ impl Core {
             Lifecycle::Linked { .. } => &[Tag::Wait, Tag::Io],
             Lifecycle::Held { .. } | Lifecycle::WaitDecides => &[Tag::Wait],
             Lifecycle::PostWait { .. } => &[Tag::PostWait],
+            Lifecycle::Syncing => &[Tag::Writeback],
             Lifecycle::Starting | Lifecycle::Completed(_) => return,
         };
         // On failure the chain still completes on its own; only the hurry
@@ -789,10 +814,7 @@ impl Core {
                 Ok(())
             }
             Tag::Io => self.on_io(id, c.res),
-            Tag::Writeback => {
-                self.on_writeback(id, c.res);
-                Ok(())
-            }
+            Tag::Writeback => self.on_writeback(id, c.res),
         };
         if let Err(e) = advanced {
             self.finish(id, Err(e));
@@ -801,6 +823,11 @@ impl Core {
         let Some(r) = self.ring.data_mut(id) else {
             return;
         };
+        if quiet && matches!(r.state, Lifecycle::Completed(_)) {
+            // Nothing of it is in flight any more: its written bytes are
+            // the device's or the kernel flusher's now.
+            self.dirty_unsubmitted -= std::mem::take(&mut r.unsynced);
+        }
         if matches!(r.owner, Owner::Ignored) {
             self.release_if_quiet(id);
         } else if quiet && matches!(r.state, Lifecycle::Completed(_)) {
@@ -948,9 +975,17 @@ impl Core {
             if cancel {
                 return Err(UringError::Cancelled);
             }
+            let depth = self.policy.writeback_depth.get();
+            let r = self.req(id);
             if r.paced && r.done >= r.booked {
-                // The piece is written (its writeback is linked behind
-                // it): book and issue the next one.
+                // The piece is written (its writeback is linked behind it):
+                // book the next one, unless `writeback_depth` pieces are
+                // still on their way to the device; then the next
+                // writeback's CQE books it.
+                if r.writebacks >= depth {
+                    self.set_state(id, Lifecycle::Syncing);
+                    return Ok(());
+                }
                 return self.charge_then_io(id, 0);
             }
             let io = r.next_io(r.io_kind());
@@ -960,24 +995,40 @@ impl Core {
         self.io_done(id, charge)
     }
 
-    /// The `SYNC_FILE_RANGE` behind a paced write completed with `res`. It
-    /// decides nothing about the request: a writeback started (`res == 0`)
-    /// or refused (an error: the pages stay the kernel's to flush, and a
-    /// real write error reaches the caller's `fsync`) ends the request's
-    /// unsubmitted dirty bytes; one cancelled by a short write leaves them
-    /// to the continuation's writeback, unless the request is over.
-    fn on_writeback(&mut self, id: SlotId, res: i32) {
+    /// The `SYNC_FILE_RANGE` behind a paced write completed with `res`. Its
+    /// result decides nothing about the request's: a writeback done
+    /// (`res == 0`) or refused (an error: the pages stay the kernel's to
+    /// flush, and a real write error reaches the caller's `fsync`) ends the
+    /// request's unsubmitted dirty bytes; one cancelled by a short write
+    /// leaves them to the continuation's writeback, unless the request is
+    /// over. Its CQE is what a [`Lifecycle::Syncing`] request waits for:
+    /// the next piece is booked now (or, cancel asked, the request ends).
+    fn on_writeback(&mut self, id: SlotId, res: i32) -> Result<(), UringError> {
         let r = self.req(id);
-        if res == -libc::ECANCELED && !matches!(r.state, Lifecycle::Completed(_)) {
-            return;
+        r.writebacks = r.writebacks.saturating_sub(1);
+        let syncing = matches!(r.state, Lifecycle::Syncing);
+        if res == -libc::ECANCELED && !syncing && !matches!(r.state, Lifecycle::Completed(_)) {
+            return Ok(());
         }
-        let unsynced = std::mem::take(&mut r.unsynced);
+        // One piece's bytes (the oldest's, or a continued piece's whole:
+        // its writeback covers the piece); whatever is left when the
+        // request's last CQE is in is settled then (in `on_cqe`).
+        let unsynced = r.unsynced.min(WRITEBACK_PIECE);
+        r.unsynced -= unsynced;
+        let cancel = r.owner.cancel_requested();
         self.dirty_unsubmitted -= unsynced;
         match res {
             0.. => self.counters.writeback_submissions += 1,
             e if e == -libc::ECANCELED => {}
             _ => self.counters.writeback_errors += 1,
         }
+        if !syncing {
+            return Ok(());
+        }
+        if cancel {
+            return Err(UringError::Cancelled);
+        }
+        self.charge_then_io(id, 0)
     }
 
     fn io_done(&mut self, id: SlotId, charge: Charge) -> Result<(), UringError> {

@@ -27,9 +27,9 @@ slotring_counters::counter_set! {
         counter sq_full: "Times the submission queue was full.",
         /// Completions are kept by `IORING_FEAT_NODROP`.
         counter cq_overflows: "Enters that found the completion queue overflowed (nothing lost).",
-        /// Each followed at once by the start of its writeback.
+        /// Each followed at once by its writeback, completed by the device.
         counter paced_bytes: "Bytes written by paced writes.",
-        /// `SYNC_FILE_RANGE_WRITE` SQEs or calls that succeeded.
+        /// Writeback `sync_file_range` SQEs or calls that succeeded.
         counter writeback_submissions: "Writebacks started for paced writes.",
         /// The pages stay with the kernel's flush; a write error reaches `fsync`.
         counter writeback_errors: "Writebacks of paced writes the kernel refused.",

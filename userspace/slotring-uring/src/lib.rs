@@ -23,10 +23,11 @@
 //!
 //! A throttled buffered write on a disk filesystem reaches the disk at the
 //! throttled pace: it is booked and issued in pieces of 256 KiB, each
-//! followed at once by the start of its writeback (on the ring an
-//! `IORING_OP_SYNC_FILE_RANGE(SYNC_FILE_RANGE_WRITE)` linked to the write,
-//! in [`PreadEngine`] `sync_file_range(2)`), so the kernel does not flush
-//! it later in a burst; `O_DIRECT` needs no pacing and tmpfs has no disk
+//! followed at once by its writeback, completed by the device (on the ring
+//! an `IORING_OP_SYNC_FILE_RANGE(WAIT_BEFORE | WRITE | WAIT_AFTER)` linked
+//! to the write, in [`PreadEngine`] `sync_file_range(2)`), at most
+//! [`Policy::writeback_depth`] pieces of a request on their way to the
+//! device, so the kernel does not flush it later in a burst; `O_DIRECT` needs no pacing and tmpfs has no disk
 //! (see `policy.rs`). Pacing promises no durability: `fsync` stays the
 //! caller's. A failed write is [`UringError::Write`], naming the file, the
 //! offset reached and the bytes written before it.

@@ -223,9 +223,13 @@ impl PreadEngine {
 impl PreadEngine {
     /// `pwrite` all of `buf` at `offset`, charging after each piece as the
     /// reads do. A paced write ([`Writeback::Paced`]) goes in pieces of at
-    /// most [`WRITEBACK_PIECE`] bytes, each followed by
-    /// `sync_file_range(SYNC_FILE_RANGE_WRITE)` of what it wrote and by its
-    /// charge's sleep; otherwise the whole buffer is one piece. A failure
+    /// most [`WRITEBACK_PIECE`] bytes, each followed by the start of its
+    /// writeback (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), by waiting for
+    /// the device to complete the oldest piece while more than
+    /// [`Policy::writeback_depth`] are on their way (`sys::WRITEBACK_FLAGS`),
+    /// and by its charge's sleep; it returns once the device has every
+    /// piece, as the ring's paced write does. Otherwise the whole buffer is
+    /// one piece. A failure
     /// names the file, the offset reached and the bytes written before it
     /// (which are counted in `write_bytes`).
     fn write_inner(
@@ -244,6 +248,9 @@ impl PreadEngine {
         } else {
             buf.len().max(1)
         };
+        let depth = self.policy.writeback_depth.get() as usize;
+        // Paced: the request's bytes before this offset are on the device.
+        let mut landed = 0;
         let mut done = 0;
         while done < buf.len() {
             let end = (done + piece).min(buf.len());
@@ -278,12 +285,34 @@ impl PreadEngine {
             let n = (end - done) as u64;
             if paced {
                 self.counters.paced_bytes += n;
-                self.counters.dirty_high_water_bytes = self.counters.dirty_high_water_bytes.max(n);
-                match self.sys.sync_file_range_write(fd, offset + done as u64, n) {
+                let dirty = (end - landed) as u64;
+                self.counters.dirty_high_water_bytes =
+                    self.counters.dirty_high_water_bytes.max(dirty);
+                // Pacing is no durability promise: a refused writeback
+                // leaves the pages to the kernel's flush, and a write error
+                // reaches fsync.
+                match self.sys.sync_file_range(fd, offset + done as u64, n, false) {
                     Ok(()) => self.counters.writeback_submissions += 1,
-                    // Pacing is no durability promise: the pages stay with
-                    // the kernel's flush, and a write error reaches fsync.
                     Err(_) => self.counters.writeback_errors += 1,
+                }
+                // The oldest pieces beyond the depth (all of them at the
+                // end) must be on the device before the writer goes on.
+                let keep = if end == buf.len() {
+                    0
+                } else {
+                    (depth - 1) * piece
+                };
+                let upto = end.saturating_sub(keep).max(landed);
+                if upto > landed {
+                    let len = (upto - landed) as u64;
+                    if self
+                        .sys
+                        .sync_file_range(fd, offset + landed as u64, len, true)
+                        .is_err()
+                    {
+                        self.counters.writeback_errors += 1;
+                    }
+                    landed = upto;
                 }
             }
             done = end;

@@ -27,6 +27,16 @@ use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
 use crate::policy::{Op, WRITEBACK_PIECE};
 
+/// The `sync_file_range(2)` flags of a paced write's writeback: start the
+/// writeback of the piece and wait for the device to complete it (not a
+/// flush of the device cache nor of metadata: no durability), so the piece
+/// reaches the disk inside its booked time instead of in the block layer's
+/// clumps. `SYNC_FILE_RANGE_WRITE` alone measured a 2.19x peak 100 ms window
+/// (1 writer, 32 MiB/s, quiet machine, `cargo xtask bench write`).
+pub(crate) const WRITEBACK_FLAGS: libc::c_uint = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+    | libc::SYNC_FILE_RANGE_WRITE
+    | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+
 /// `cachestat(2)` is syscall 451 on every 64-bit Linux architecture we build for.
 const SYS_CACHESTAT: libc::c_long = 451;
 const IORING_ENTER_GETEVENTS: u32 = 1;
@@ -169,17 +179,24 @@ pub trait Syscalls: Send + 'static {
         }
     }
 
-    /// `sync_file_range(fd, off, len, SYNC_FILE_RANGE_WRITE)`: start the
-    /// writeback of the dirty pages of the range, without waiting for it
-    /// (the `pread` engine's paced writeback).
-    fn sync_file_range_write(&mut self, fd: RawFd, off: u64, len: u64) -> io::Result<()> {
+    /// `sync_file_range(2)` of the range (the `pread` engine's paced
+    /// writeback; no flush, no durability): with `complete` false,
+    /// `SYNC_FILE_RANGE_WRITE` starts the writeback of its dirty pages; with
+    /// `complete` true, [`WRITEBACK_FLAGS`] writes back what is dirty and
+    /// waits until the device has completed the whole range.
+    fn sync_file_range(&mut self, fd: RawFd, off: u64, len: u64, complete: bool) -> io::Result<()> {
         let off = libc::off64_t::try_from(off)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let len = libc::off64_t::try_from(len)
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let flags = if complete {
+            WRITEBACK_FLAGS
+        } else {
+            libc::SYNC_FILE_RANGE_WRITE
+        };
         // SAFETY: no memory is passed; the kernel validates `fd` (a bad one
         // is `EBADF`, not UB).
-        let r = unsafe { libc::sync_file_range(fd, off, len, libc::SYNC_FILE_RANGE_WRITE) };
+        let r = unsafe { libc::sync_file_range(fd, off, len, flags) };
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {
@@ -337,7 +354,7 @@ pub(crate) enum IoKind {
     /// `IORING_OP_WRITE`.
     Write,
     /// `IORING_OP_WRITE` with `IOSQE_IO_LINK` to an
-    /// `IORING_OP_SYNC_FILE_RANGE(SYNC_FILE_RANGE_WRITE)` ([`Tag::Writeback`])
+    /// `IORING_OP_SYNC_FILE_RANGE([`WRITEBACK_FLAGS`])` ([`Tag::Writeback`])
     /// over the piece the write belongs to: the kernel
     /// starts the writeback of what the write dirtied as soon as it
     /// completes (paced writeback; a short or failed write cancels it).
@@ -708,7 +725,7 @@ impl<T> Ring<T> {
             let len = u32::try_from(before + u64::from(io.len)).unwrap_or(u32::MAX);
             let wb = opcode::SyncFileRange::new(types::Fd(io.fd), len)
                 .offset(from)
-                .flags(libc::SYNC_FILE_RANGE_WRITE)
+                .flags(WRITEBACK_FLAGS)
                 .build()
                 .user_data(user_data(id.index, Tag::Writeback));
             let e = e.flags(squeue::Flags::IO_LINK);

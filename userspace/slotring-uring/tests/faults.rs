@@ -387,6 +387,7 @@ fn guard_uses_cachestat_when_the_disk_bucket_cannot_cover_probes() {
         detect_page_cache: true,
         disk_rate_guard: false,
         pace_writeback: true,
+        ..Policy::default()
     };
 }
 

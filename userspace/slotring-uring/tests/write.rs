@@ -1,7 +1,8 @@
 //! Paced writeback on the real kernel and a real filesystem, both engines:
-//! the bytes are right, a paced write has started the writeback of all it
-//! dirtied when it returns (so the disk has them before the next 100 ms
-//! window of the limit), large writes are paced piece by piece, and every
+//! the bytes are right, the device has completed all a paced write dirtied
+//! when it returns, with at most `writeback_depth` pieces on their way at
+//! once, large writes are paced piece by piece, drops in each state end
+//! cleanly, and every
 //! write fault (`ENOSPC` on a real loop-mounted filesystem, `EIO` and short
 //! writes through the seam, a file truncated under the writer) ends in a
 //! typed error or result that reports exactly what was written.
@@ -68,12 +69,14 @@ fn empty_disk_file() -> (Arc<UringFile>, tempfile::TempPath) {
 
 /// Write `data` at 0 with `e` under `limit`; then check what the page cache
 /// holds at once and after the writeback, and that the bytes came back from
-/// the disk. Returns the dirty pages found right after the write returned.
+/// the disk. Returns the pages found dirty or under writeback right after
+/// the write returned.
 fn write_then_check_disk(e: &mut dyn IoEngine, data: &[u8], limit: &ThrottlePtr) -> u64 {
     let (f, _path) = empty_disk_file();
     let (r, _) = e.write_at(&f, data.to_vec(), 0, Some(limit), NO_CAP);
     assert_eq!(r.unwrap(), data.len());
-    let dirty_at_return = cache_stat(&f, 0, data.len() as u64).nr_dirty;
+    let at_return = cache_stat(&f, 0, data.len() as u64);
+    let dirty_at_return = at_return.nr_dirty + at_return.nr_writeback;
     // Let whatever writeback was started finish (bounded; not a timing
     // assert: the bound only keeps a broken kernel from hanging the test).
     let t0 = Instant::now();
@@ -99,21 +102,37 @@ fn write_then_check_disk(e: &mut dyn IoEngine, data: &[u8], limit: &ThrottlePtr)
     dirty_at_return
 }
 
+/// `Policy::default()` with at most `depth` pieces of a request on their
+/// way to the device.
+fn depth(depth: u32) -> Policy {
+    Policy {
+        writeback_depth: std::num::NonZeroU32::new(depth).unwrap(),
+        ..Policy::default()
+    }
+}
+
 fn paced_writes_reach_the_disk(make: fn(Policy) -> Box<dyn IoEngine>) {
     let data = pattern(MIB, 7);
+    // 1 MiB fits the 100 ms burst of 32 MiB/s: every piece is booked at
+    // once, so only the depth holds the next piece back.
     let limit = disk_limit(32 << 20);
-    let mut e = make(Policy::default());
-    assert_eq!(
-        write_then_check_disk(e.as_mut(), &data, &limit),
-        0,
-        "a paced write returned with dirty pages whose writeback it had not started"
-    );
-    let wb = e.counters();
-    assert_eq!(wb.paced_bytes, MIB as u64);
-    assert_eq!(wb.writeback_submissions, (MIB / PIECE) as u64, "{wb:?}");
-    assert_eq!(wb.writeback_errors, 0);
-    assert!(wb.dirty_high_water_bytes <= PIECE as u64, "{wb:?}");
-    assert_eq!(e.counters().write_bytes, MIB as u64);
+    for d in [1, 2, Policy::default().writeback_depth.get()] {
+        let mut e = make(depth(d));
+        assert_eq!(
+            write_then_check_disk(e.as_mut(), &data, &limit),
+            0,
+            "depth {d}: a paced write returned before the device had completed every piece"
+        );
+        let wb = e.counters();
+        assert_eq!(wb.paced_bytes, MIB as u64);
+        assert_eq!(wb.writeback_submissions, (MIB / PIECE) as u64, "{wb:?}");
+        assert_eq!(wb.writeback_errors, 0);
+        assert!(
+            wb.dirty_high_water_bytes <= u64::from(d) * PIECE as u64,
+            "depth {d}: {wb:?}"
+        );
+        assert_eq!(e.counters().write_bytes, MIB as u64);
+    }
     // The same write without pacing leaves its pages to the kernel's flush:
     // what this test catches when pacing is broken.
     let mut plain = make(unpaced());
@@ -133,7 +152,8 @@ fn pread_paced_writes_reach_the_disk_before_the_next_window() {
 
 /// At 8 MiB/s with a 1 ms burst, a 1 MiB write is four pieces, each booked
 /// on its own: the writer waits between them instead of dirtying 1 MiB at
-/// once, and never has more than a piece dirty and unsubmitted.
+/// once, and (depth 1) never has more than a piece dirty and not on the
+/// device.
 fn large_writes_go_in_booked_pieces(make: fn(Policy) -> Box<dyn IoEngine>) {
     let limit: ThrottlePtr = Arc::new(
         Throttler::builder(8 << 20)
@@ -144,7 +164,7 @@ fn large_writes_go_in_booked_pieces(make: fn(Policy) -> Box<dyn IoEngine>) {
     );
     let (f, _path) = empty_disk_file();
     let data = pattern(MIB, 8);
-    let mut e = make(Policy::default());
+    let mut e = make(depth(1));
     let (r, _) = e.write_at(&f, data.clone(), 4096, Some(&limit), NO_CAP);
     assert_eq!(r.unwrap(), MIB);
     let c = e.counters();
@@ -158,6 +178,81 @@ fn large_writes_go_in_booked_pieces(make: fn(Policy) -> Box<dyn IoEngine>) {
     let mut back = vec![0; MIB];
     f.file().read_exact_at(&mut back, 4096).unwrap();
     assert!(back == data);
+}
+
+/// A paced write dropped in each state of its life that lasts (its piece's
+/// throttle wait linked in front of the write; its piece's writeback, before
+/// the next piece is booked) ends as one cancellation once its chain's last
+/// CQE is in, never reports bytes it did not write, keeps the dirty-bytes
+/// accounting whole, and leaves the ring serving the next paced write with
+/// every byte right.
+#[test]
+fn dropped_paced_writes_end_cleanly_in_every_state() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // Depth 1: every piece waits for its writeback before the next.
+        let cfg = RingConfig {
+            policy: depth(1),
+            ..RingConfig::default()
+        };
+        let e = slotring_uring::AsyncEngine::new(&cfg).unwrap();
+        let (f, _path) = empty_disk_file();
+        // 4 MiB at 16 MiB/s: 16 pieces, one every 15.6 ms after the burst.
+        let limit = disk_limit(16 << 20);
+        let data = pattern(4 * MIB, 9);
+        let states = ["Linked", "Syncing"];
+        let rounds = 3u64;
+        for state in states {
+            for _ in 0..rounds {
+                let mut fut = Box::pin(e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP));
+                let mut cx = Context::from_waker(Waker::noop());
+                assert!(fut.as_mut().poll(&mut cx).is_pending());
+                // The engine advances on its CQEs without the future being
+                // polled; drop it the moment the request is in `state`.
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !e.debug_state().contains(state) {
+                    assert!(
+                        Instant::now() < deadline,
+                        "never {state}: {}",
+                        e.debug_state()
+                    );
+                    e.poll_progress().unwrap();
+                }
+                let paced_at_drop = e.counters().paced_bytes;
+                drop(fut);
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while e.in_flight() > 0 {
+                    assert!(Instant::now() < deadline, "{}", e.debug_state());
+                    e.poll_progress().unwrap();
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                // No piece is booked or written after the drop, beyond the
+                // one whose write the kernel may already have started.
+                let after = e.counters().paced_bytes - paced_at_drop;
+                assert!(
+                    after <= PIECE as u64,
+                    "{after} bytes written after a drop in {state}"
+                );
+            }
+        }
+        let c = e.counters();
+        assert_eq!(c.cancellations, rounds * states.len() as u64, "{c:?}");
+        assert_eq!(c.writes, 0, "{c:?}");
+        assert_eq!(c.write_bytes, 0, "a cancelled write reported bytes: {c:?}");
+        assert!(c.dirty_high_water_bytes <= PIECE as u64, "{c:?}");
+        let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP).await;
+        assert_eq!(r.unwrap(), data.len());
+        let mut back = vec![0; data.len()];
+        f.file().read_exact_at(&mut back, 0).unwrap();
+        assert!(back == data, "the file holds other bytes than written");
+        let at_return = cache_stat(&f, 0, data.len() as u64);
+        assert_eq!(at_return.nr_dirty + at_return.nr_writeback, 0);
+    });
 }
 
 #[test]

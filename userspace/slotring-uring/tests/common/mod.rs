@@ -283,7 +283,13 @@ impl Syscalls for FaultSys {
         }
         RealSyscalls.pwrite(fd, buf, off)
     }
-    fn sync_file_range_write(&mut self, fd: i32, off: u64, len: u64) -> std::io::Result<()> {
+    fn sync_file_range(
+        &mut self,
+        fd: i32,
+        off: u64,
+        len: u64,
+        complete: bool,
+    ) -> std::io::Result<()> {
         {
             let mut plan = self.0.lock().unwrap();
             plan.log.push("sync_file_range");
@@ -292,7 +298,7 @@ impl Syscalls for FaultSys {
                 return Err(std::io::Error::from_raw_os_error(e));
             }
         }
-        RealSyscalls.sync_file_range_write(fd, off, len)
+        RealSyscalls.sync_file_range(fd, off, len, complete)
     }
 }
 
