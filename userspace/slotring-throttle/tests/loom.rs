@@ -115,3 +115,37 @@ fn the_charge_that_saturates_the_count_exceeds_a_max_limit() {
         assert_eq!(t.count(), u64::MAX);
     });
 }
+
+#[test]
+fn a_refund_racing_a_charge_matches_a_serial_order() {
+    loom::model(|| {
+        let clock = Arc::new(ManualClock::new(1_000_000_000));
+        let t = Arc::new(
+            Throttler::builder(100)
+                .clock(clock)
+                .limits_block_device_bandwidth(true)
+                .build()
+                .unwrap(),
+        );
+        // 100 − 90 = 10 tokens left before the race.
+        t.throttle(90, Duration::ZERO).unwrap();
+        let charger = {
+            let t = t.clone();
+            loom::thread::spawn(move || t.throttle(40, Duration::ZERO).unwrap())
+        };
+        let refunder = {
+            let t = t.clone();
+            loom::thread::spawn(move || t.refund_page_cache_read(95))
+        };
+        charger.join().unwrap();
+        refunder.join().unwrap();
+        // charge then refund: min(100, 10 − 40 + 95) = 65; refund then
+        // charge: min(100, 10 + 95) − 40 = 60. Nothing else is possible.
+        let tokens = t.tokens_nano();
+        assert!(tokens == tok(65) || tokens == tok(60), "tokens = {tokens}");
+        // The count nets the refund, never below zero: 90 + 40 − 95 = 35, or
+        // 90 − 95 → 0, then + 40.
+        let count = t.count();
+        assert!(count == 35 || count == 40, "count = {count}");
+    });
+}
