@@ -31,13 +31,17 @@
 //!   short result charges what remains as a device read and queues timeout +
 //!   read, which go out with the next `io_uring_enter` the driver makes
 //!   anyway. A read the disk-rate guard routed by `cachestat` (no
-//!   `RWF_NOWAIT` read of its own yet) that has to wait goes out as a
-//!   *re-probe* (`RWF_NOWAIT`) at its deadline: whatever another reader
-//!   brought into the page cache during the wait is refunded to the
-//!   block-device throttlers ([`Throttle::refund_page_cache_read`]) and
-//!   only the rest is read plainly, so the disk sees the limit even when
-//!   many connections miss on the same ranges (see `Core::on_reprobe` for
-//!   why a request that probed does not re-probe).
+//!   `RWF_NOWAIT` read of its own yet) that has to wait looks at the page
+//!   cache again when the wait ends, and what another reader brought in
+//!   meanwhile is refunded to the block-device throttlers
+//!   ([`Throttle::refund_page_cache_read`]), so the disk sees the limit
+//!   even when many connections miss on the same ranges. On the async
+//!   front ends ([`PreIoWait::Linked`]) its wait is a standalone timeout
+//!   and, at its CQE, `cachestat` counts the pages present, up to date or
+//!   still being read in by another reader (`Core::refund_cached`); a
+//!   linked release of the blocking front end re-probes with `RWF_NOWAIT`
+//!   instead (`Core::on_reprobe`, which also says why a request that
+//!   probed does not look again).
 //!
 //! [`Throttle::refund_page_cache_read`]: slotring_throttle::Throttle::refund_page_cache_read
 //! * **Guard** (the block device's instantaneous rate): while
@@ -552,6 +556,12 @@ impl Core {
             },
             // The front end decides how this wait goes out.
             (Some(deadline_ns), PreIoWait::Staged) => Lifecycle::Staged { deadline_ns, io },
+            // A re-probe waits standalone: at its expiry `cachestat` tells
+            // what another reader has brought in (or is reading in) meanwhile
+            // (`Core::on_wait`), before any read of ours touches the range.
+            (Some(deadline_ns), PreIoWait::Linked) if io.kind == IoKind::NowaitRead => {
+                Lifecycle::Held { io, deadline_ns }
+            }
             (Some(deadline_ns), PreIoWait::Linked) => Lifecycle::Linked { io, deadline_ns },
         };
         self.queue(id, next)
@@ -858,6 +868,12 @@ impl Core {
                 if !expired {
                     return Err(timeout_failed(-res));
                 }
+                let io = if io.kind == IoKind::NowaitRead {
+                    self.refund_cached(id);
+                    self.req(id).next_io(IoKind::Read)
+                } else {
+                    io
+                };
                 self.queue(
                     id,
                     Lifecycle::Io {
@@ -1148,6 +1164,32 @@ impl Core {
                 charge: Charge::Booked,
             },
         )
+    }
+
+    /// A re-probe's standalone wait expired and none of its own reads has
+    /// touched the range yet: what `cachestat(2)` counts in the page cache
+    /// now, up to date or still being read in by another reader, will not
+    /// be read from the disk for this request, so it is refunded; the read
+    /// that follows is plain. Exact to the page (a range that starts or ends
+    /// inside a cached page may get up to that page's rest back), and
+    /// unlike a `RWF_NOWAIT` re-probe it also catches another reader's
+    /// read-in still in flight. A failed `cachestat` refunds nothing.
+    fn refund_cached(&mut self, id: SlotId) {
+        let r = self.req(id);
+        let (fd, pos) = (r.file.fd(), r.offset + r.done as u64);
+        let rest = self.chargeable(id);
+        if rest == 0 {
+            return;
+        }
+        self.counters.cachestat_checks += 1;
+        if let Ok(st) = self.ring.sys().cachestat(fd, pos, rest) {
+            let cached = policy::cached_bytes(&st, rest);
+            if cached > 0 {
+                self.counters.page_cache_hits += 1;
+                self.counters.page_cache_bytes += cached;
+                self.refund(id, cached);
+            }
+        }
     }
 
     /// Give `n` bytes charged as a disk read back to the request's

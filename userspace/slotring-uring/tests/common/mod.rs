@@ -148,6 +148,9 @@ pub struct Plan {
     pub enter_errors: Vec<i32>,
     /// Errors to return from the next timed waits (`io_uring_wait_until`).
     pub wait_until_errors: Vec<i32>,
+    /// Report this many pages cached from every `cachestat(2)` (e.g.
+    /// another reader's pages still being read in).
+    pub cachestat_pages: Option<u64>,
 
     /// Report a full SQ this many times.
     pub sq_full: u32,
@@ -218,8 +221,16 @@ impl Syscalls for FaultSys {
         off: u64,
         len: u64,
     ) -> std::io::Result<slotring_uring::CacheStat> {
-        self.0.lock().unwrap().log.push("cachestat");
-        RealSyscalls.cachestat(fd, off, len)
+        let pages = {
+            let mut plan = self.0.lock().unwrap();
+            plan.log.push("cachestat");
+            plan.cachestat_pages
+        };
+        let mut st = RealSyscalls.cachestat(fd, off, len)?;
+        if let Some(p) = pages {
+            st.nr_cache = p;
+        }
+        Ok(st)
     }
     fn completion(&mut self, user_data: u64, res: &mut i32) {
         let mut plan = self.0.lock().unwrap();
