@@ -57,8 +57,8 @@ pub use park::{
     notify_lease_state, park_current_lease, set_lease_observer,
 };
 pub use throttler::{
-    Reservation, Source, Throttle, ThrottlePtr, Throttler, ThrottlerArray, ThrottlerBuilder,
-    UNLIMITED_BLOCK, add_throttler,
+    AsyncReserve, Reservation, Source, Throttle, ThrottlePtr, Throttler, ThrottlerArray,
+    ThrottlerBuilder, UNLIMITED_BLOCK, add_throttler,
 };
 pub use wait::{BlockingWait, WaitStrategy, default_wait, install_default_wait};
 

@@ -2,13 +2,14 @@
 
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::bucket::{Bucket, BucketError, MAX_DEBT_NANO};
 use crate::clock::{ClampState, Clock, MonotonicClock};
 use crate::counters::{Blocked, LiveCounters, ThrottleCounters};
 use crate::error::ThrottleError;
-use crate::fair::{DEFAULT_TAU, FairGate, Tenant};
+use crate::fair::{DEFAULT_TAU, FairGate, Tenant, Turn, Waiter};
 use crate::sync::Ordering;
 use crate::wait::{BlockingWait, WaitStrategy, default_wait};
 
@@ -99,8 +100,146 @@ pub trait Throttle: Send + Sync + Debug {
         let _ = amount;
     }
 
+    /// [`Throttle::reserve`] without blocking, as the tenant `op` carries
+    /// (the *async turn*): poll until ready. Where this tenant must wait for
+    /// its fair turn at a level, the request queues there with
+    /// `cx.waker()` and the call returns `Pending`; it is woken when it may
+    /// go, except the head that waits only for time, which re-polls after
+    /// [`AsyncReserve::retry_after`]. Dropping `op` while it is queued hands
+    /// the turn on. Call it through [`AsyncReserve::poll`].
+    ///
+    /// The default (for throttles of your own) is one step that calls
+    /// [`Throttle::reserve`]: first-come, and it must not block.
+    fn poll_reserve(
+        &self,
+        cx: &mut Context<'_>,
+        op: &mut AsyncReserve,
+    ) -> Poll<Result<Reservation, ThrottleError>> {
+        let _ = cx;
+        if op.visit_level() {
+            match self.reserve(op.amount, op.max_block, op.acc.delay_ns, op.source) {
+                Ok(r) => op.level_done(r),
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+        Poll::Ready(Ok(op.acc))
+    }
+
     /// Call `f` on every [`Throttler`] in this chain (for statistics export).
     fn visit(&self, f: &mut dyn FnMut(&Throttler));
+}
+
+/// A [`Throttle::reserve`] in the fair order that never blocks: the state of
+/// one request's async turn through a chain of throttlers. Build it with the
+/// request's tenant (carried explicitly: a task migrates between threads,
+/// so the thread's current tenant means nothing to it), poll it with
+/// [`AsyncReserve::poll`] until ready, then wait the returned delay (e.g. in
+/// a timeout SQE). Knows nothing of any runtime: a queued request is woken
+/// through its [`core::task::Waker`]; only the head of a queue that waits for
+/// the bookings to come within `τ` needs a timer, for
+/// [`AsyncReserve::retry_after`].
+///
+/// Dropping it while queued takes the request out of the order and wakes
+/// the next one: the levels already charged stay charged (their bookings
+/// happened), the level it queued at charges nothing.
+#[derive(Debug)]
+pub struct AsyncReserve {
+    tenant: Option<Tenant>,
+    amount: u64,
+    max_block: Duration,
+    source: Source,
+    /// The delay booked so far (from the last level's turn).
+    acc: Reservation,
+    /// Levels charged.
+    done: usize,
+    /// The level being visited in this poll.
+    cursor: usize,
+    /// The current level's place in its queue.
+    waiter: Waiter,
+    /// When the current level was first polled (its clock).
+    call_ns: Option<u64>,
+    retry_in_ns: Option<u64>,
+}
+
+impl AsyncReserve {
+    /// A reservation of `amount` tokens from `source`, as `tenant` (none:
+    /// first-come, exactly [`Throttle::reserve`] without a tenant), each
+    /// level waiting at most `max_block`, `after_ns` after levels booked
+    /// before.
+    pub fn new(
+        tenant: Option<Tenant>,
+        amount: u64,
+        max_block: Duration,
+        after_ns: u64,
+        source: Source,
+    ) -> Self {
+        Self {
+            tenant,
+            amount,
+            max_block,
+            source,
+            acc: Reservation {
+                delay_ns: after_ns,
+                blocked: false,
+            },
+            done: 0,
+            cursor: 0,
+            waiter: Waiter::default(),
+            call_ns: None,
+            retry_in_ns: None,
+        }
+    }
+
+    /// Poll the reservation on `throttle`. Ready with the total delay, which
+    /// runs from this return; `Pending` while a level's fair turn has not
+    /// come. Poll it on the same throttle until ready.
+    pub fn poll(
+        &mut self,
+        throttle: &dyn Throttle,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Reservation, ThrottleError>> {
+        self.cursor = 0;
+        self.retry_in_ns = None;
+        throttle.poll_reserve(cx, self)
+    }
+
+    /// After a `Pending` poll: whether the request is the head of a queue
+    /// that waits only for time, and how long from that poll to re-poll
+    /// (nothing wakes it). `None`: it is woken when it may go.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_in_ns.map(Duration::from_nanos)
+    }
+
+    /// The tenant.
+    pub fn tenant(&self) -> Option<&Tenant> {
+        self.tenant.as_ref()
+    }
+
+    /// Whether the level visited now is the one to charge (earlier levels
+    /// are done; later ones come after it). For [`Throttle::poll_reserve`]
+    /// implementations: call once per level, in the chain's order, and skip
+    /// the level when it returns `false`.
+    pub fn visit_level(&mut self) -> bool {
+        let me = self.cursor;
+        self.cursor += 1;
+        me == self.done
+    }
+
+    /// Record the level just visited as charged, with the reservation it
+    /// returned (its delay includes the levels before it).
+    pub fn level_done(&mut self, r: Reservation) {
+        self.acc = Reservation {
+            delay_ns: r.delay_ns,
+            blocked: self.acc.blocked || r.blocked,
+        };
+        self.next_level();
+    }
+
+    fn next_level(&mut self) {
+        self.done += 1;
+        self.call_ns = None;
+        debug_assert!(!self.waiter.is_queued());
+    }
 }
 
 /// Builder for [`Throttler`]; see [`Throttler::builder`].
@@ -565,39 +704,144 @@ impl Throttler {
         after_ns: u64,
     ) -> Result<FairCharge, ThrottleError> {
         let call = self.now();
-        let below_end = call.saturating_add(after_ns);
-        let charge = |turn: u64| -> Result<(u64, FairCharge), ThrottleError> {
-            let at = turn.max(below_end);
-            let wait_ns = self.charge_level(amount, max_block, at)?.wait_ns;
-            let end = at.saturating_add(wait_ns);
-            Ok((
-                end,
-                FairCharge {
-                    turn_ns: turn,
-                    delay_ns: end - turn,
-                    wait_ns,
-                },
-            ))
-        };
         let tenant = if self.gate.open(call) {
             None
         } else {
             Tenant::current()
         };
         let Some(tenant) = tenant else {
-            let (end, f) = charge(call)?;
-            if end > call {
-                self.gate.booked(end);
-            }
+            let f = self.charge_open(amount, max_block, after_ns, call)?;
             Tenant::with_current(|t| t.record(amount, f.wait_ns));
             return Ok(f);
         };
         let (cost, rate) = self.fair_cost(amount);
-        let (_, f) = self
-            .gate
-            .enter(&tenant, cost, rate, &|| self.now(), charge)?;
+        let charge = |turn| self.charge_at(amount, max_block, call.saturating_add(after_ns), turn);
+        let turn = Turn {
+            tenant: &tenant,
+            cost,
+            rate,
+        };
+        let (_, f) = self.gate.enter(turn, &|| self.now(), charge)?;
         tenant.record(amount, f.wait_ns.saturating_add(f.turn_ns - call));
         Ok(f)
+    }
+
+    /// Charge this level at `max(turn, below_end)`; the booking's end and
+    /// the charge.
+    fn charge_at(
+        &self,
+        amount: u64,
+        max_block: Duration,
+        below_end: u64,
+        turn: u64,
+    ) -> Result<(u64, FairCharge), ThrottleError> {
+        let at = turn.max(below_end);
+        let wait_ns = self.charge_level(amount, max_block, at)?.wait_ns;
+        let end = at.saturating_add(wait_ns);
+        Ok((
+            end,
+            FairCharge {
+                turn_ns: turn,
+                delay_ns: end - turn,
+                wait_ns,
+            },
+        ))
+    }
+
+    /// The gate is open at `call`: charge at once, recording the booking.
+    fn charge_open(
+        &self,
+        amount: u64,
+        max_block: Duration,
+        after_ns: u64,
+        call: u64,
+    ) -> Result<FairCharge, ThrottleError> {
+        let (end, f) = self.charge_at(amount, max_block, call.saturating_add(after_ns), call)?;
+        if end > call {
+            self.gate.booked(end);
+        }
+        Ok(f)
+    }
+
+    /// One level of [`Throttle::poll_reserve`].
+    fn poll_level(
+        &self,
+        cx: &mut Context<'_>,
+        op: &mut AsyncReserve,
+    ) -> Poll<Result<(), ThrottleError>> {
+        if op.source == Source::PageCache && self.block_device {
+            self.live
+                .page_cache_amount
+                .fetch_add(op.amount, Ordering::Relaxed);
+            return Poll::Ready(Ok(()));
+        }
+        let after_ns = op.acc.delay_ns;
+        let f = match op.tenant.clone() {
+            Some(tenant) if self.limited() => {
+                let call = *op.call_ns.get_or_insert_with(|| self.now());
+                let f = if !op.waiter.is_queued() && self.gate.open(call) {
+                    self.charge_open(op.amount, op.max_block, after_ns, call)
+                        .map(|f| (f, call))
+                } else {
+                    let (cost, rate) = self.fair_cost(op.amount);
+                    let (amount, max_block) = (op.amount, op.max_block);
+                    let charge = |turn| {
+                        self.charge_at(amount, max_block, call.saturating_add(after_ns), turn)
+                    };
+                    let turn = Turn {
+                        tenant: &tenant,
+                        cost,
+                        rate,
+                    };
+                    match self.gate.poll_enter(
+                        cx.waker(),
+                        &mut op.waiter,
+                        turn,
+                        &|| self.now(),
+                        charge,
+                    ) {
+                        Poll::Pending => {
+                            op.retry_in_ns =
+                                op.waiter.retry_at().map(|at| at.saturating_sub(self.now()));
+                            return Poll::Pending;
+                        }
+                        Poll::Ready(r) => r.map(|(turn, f)| (f, turn)),
+                    }
+                };
+                match f {
+                    Ok((f, turn)) => {
+                        tenant.record(op.amount, f.wait_ns.saturating_add(turn - call));
+                        f
+                    }
+                    Err(e) => return Poll::Ready(Err(e)),
+                }
+            }
+            _ => {
+                // First-come, exactly as `reserve` without a tenant.
+                let now = self.now();
+                let wait_ns = match self.charge_level(
+                    op.amount,
+                    op.max_block,
+                    now.saturating_add(after_ns),
+                ) {
+                    Ok(d) => d.wait_ns,
+                    Err(e) => return Poll::Ready(Err(e)),
+                };
+                FairCharge {
+                    turn_ns: now,
+                    delay_ns: after_ns.saturating_add(wait_ns),
+                    wait_ns,
+                }
+            }
+        };
+        if f.wait_ns > 0 {
+            self.live.record_wait(f.wait_ns);
+        }
+        op.acc = Reservation {
+            delay_ns: f.delay_ns,
+            blocked: op.acc.blocked || f.wait_ns > 0,
+        };
+        Poll::Ready(Ok(()))
     }
 
     /// Throttle as `tenant` (see [`Tenant::enter`]): the wait is taken in the
@@ -736,6 +980,24 @@ impl Throttle for Throttler {
         }
     }
 
+    fn poll_reserve(
+        &self,
+        cx: &mut Context<'_>,
+        op: &mut AsyncReserve,
+    ) -> Poll<Result<Reservation, ThrottleError>> {
+        if op.visit_level() {
+            match self.poll_level(cx, op) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => op.next_level(),
+            }
+        }
+        match &self.parent {
+            Some(p) => p.poll_reserve(cx, op),
+            None => Poll::Ready(Ok(op.acc)),
+        }
+    }
+
     fn visit(&self, f: &mut dyn FnMut(&Throttler)) {
         f(self);
         if let Some(p) = &self.parent {
@@ -814,6 +1076,20 @@ impl Throttle for ThrottlerArray {
         for t in &self.members {
             t.refund_page_cache_read(amount);
         }
+    }
+
+    fn poll_reserve(
+        &self,
+        cx: &mut Context<'_>,
+        op: &mut AsyncReserve,
+    ) -> Poll<Result<Reservation, ThrottleError>> {
+        for t in &self.members {
+            match t.poll_reserve(cx, op) {
+                Poll::Ready(Ok(_)) => {}
+                other => return other,
+            }
+        }
+        Poll::Ready(Ok(op.acc))
     }
 
     fn visit(&self, f: &mut dyn FnMut(&Throttler)) {

@@ -274,6 +274,9 @@ pub(crate) struct Submit {
     throttle: Option<ThrottlePtr>,
     max_block: Duration,
     pre_io_wait: PreIoWait,
+    /// A delay already booked for the whole request (a tenant's turn taken
+    /// by the front end, see `tokio::fair_booking`), from submission.
+    prebooked_ns: u64,
 }
 
 impl Submit {
@@ -293,7 +296,16 @@ impl Submit {
             throttle: throttle.cloned(),
             max_block,
             pre_io_wait,
+            prebooked_ns: 0,
         }
+    }
+
+    /// The request was booked in its tenant's fair turn already (with no
+    /// throttle left to charge here): its IO waits `delay_ns` from now, in
+    /// the same timeout SQE a charge here would have produced.
+    pub(crate) fn prebooked(mut self, delay_ns: u64) -> Self {
+        self.prebooked_ns = delay_ns;
+        self
     }
 }
 
@@ -361,6 +373,7 @@ impl Core {
 
     /// Start a request; the buffer is the ring's until the request is taken.
     pub(crate) fn submit(&mut self, s: Submit, buf: Vec<u8>) -> SlotId {
+        let prebooked_ns = s.prebooked_ns;
         let req = Req {
             op: s.op,
             file: s.file,
@@ -380,17 +393,44 @@ impl Core {
             state: Lifecycle::Starting,
         };
         let id = self.ring.alloc(buf, req);
-        if let Err(e) = self.start(id) {
+        if let Err(e) = self.start(id, prebooked_ns) {
             self.finish(id, Err(e));
         }
         id
+    }
+
+    /// Where the bytes of an `op` of `len` at `off` of `file` charged to
+    /// `throttle` come from, decided before submission (for a tenant's read,
+    /// booked in its fair turn before the ring sees it): the route the ring
+    /// would take, with a probe replaced by `cachestat(2)` (page cache only
+    /// when every page is cached).
+    pub(crate) fn prebook_source(
+        &mut self,
+        op: Op,
+        file: &UringFile,
+        off: u64,
+        len: u64,
+        throttle: &ThrottlePtr,
+    ) -> Source {
+        let route = match self.policy.route(op, file, Some(throttle)) {
+            Route::Probe => {
+                self.counters.cachestat_checks += 1;
+                let stat = self.ring.sys().cachestat(file.fd(), off, len);
+                policy::cachestat_route(stat, off, len)
+            }
+            r => r,
+        };
+        match route {
+            Route::PageCache => Source::PageCache,
+            Route::Device | Route::Probe => Source::Device,
+        }
     }
 
     fn req(&mut self, id: SlotId) -> &mut Req {
         self.ring.data_mut(id).expect("live request")
     }
 
-    fn start(&mut self, id: SlotId) -> Result<(), UringError> {
+    fn start(&mut self, id: SlotId, prebooked_ns: u64) -> Result<(), UringError> {
         let (op, len, file, throttle) = {
             let r = self.req(id);
             (r.op, r.len, r.file.clone(), r.throttle.clone())
@@ -408,7 +448,7 @@ impl Core {
         self.req(id).paced =
             self.policy.writeback(op, &file, throttle.as_ref()) == Writeback::Paced;
         match self.policy.route(op, &file, throttle.as_ref()) {
-            Route::Device => self.charge_then_io(id, 0),
+            Route::Device => self.charge_then_io(id, prebooked_ns),
             Route::PageCache => self.known_hit_io(id),
             Route::Probe => {
                 self.req(id).reprobe = op == Op::Read;

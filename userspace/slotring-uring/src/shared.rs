@@ -55,7 +55,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use slotring_throttle::ThrottlePtr;
+use slotring_throttle::{Tenant, ThrottlePtr};
 use tokio::io::unix::AsyncFd;
 
 use crate::core::{Core, PreIoWait, Submit};
@@ -118,9 +118,27 @@ type SysFactory = Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync>;
 /// timeout SQE, `RWF_NOWAIT` page-cache detection, the disk-rate guard,
 /// cancellation by drop), on a few shared rings, or on the `pread` engine
 /// on tokio's blocking pool where io_uring is unavailable.
+///
+/// # Tenants
+///
+/// [`SharedEngine::with_tenant`] gives a handle whose reads are charged as a
+/// [`Tenant`] in the fair order of every throttler they reach. The tenant is
+/// carried by the handle, not by the thread: a task migrates between worker
+/// threads, and a worker runs many tenants' tasks, so the thread's current
+/// tenant ([`Tenant::enter`]) means nothing here and is not consulted. The
+/// turn is taken without blocking the runtime ([`slotring_throttle::AsyncReserve`]:
+/// the task's waker queues in each gate), before the read is submitted; the
+/// read's bytes (trimmed at the known end of the file) are then booked and
+/// the fair delay goes into the read's timeout SQE. Where the ring would
+/// probe for page-cache hits (`RWF_NOWAIT`), the booking asks
+/// `cachestat(2)` instead (the ring's own fallback under its disk-rate
+/// guard): a read whose pages are all cached is booked as page-cache bytes,
+/// any other as device bytes. Writes stay first-come (a paced write is
+/// charged piece by piece inside the ring).
 #[derive(Clone)]
 pub struct SharedEngine {
     backend: Backend,
+    tenant: Option<Tenant>,
 }
 
 #[derive(Clone)]
@@ -179,6 +197,7 @@ impl SharedEngine {
                 Ok((
                     Self {
                         backend: Backend::Pread(Arc::new(pool)),
+                        tenant: None,
                     },
                     Some(err),
                 ))
@@ -212,7 +231,22 @@ impl SharedEngine {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             backend: Backend::Uring(shards.into()),
+            tenant: None,
         })
+    }
+
+    /// The same engine (same rings), whose reads are charged as `tenant`
+    /// (see "Tenants" above). Cheap: clone one per query or per user.
+    pub fn with_tenant(&self, tenant: Tenant) -> Self {
+        Self {
+            backend: self.backend.clone(),
+            tenant: Some(tenant),
+        }
+    }
+
+    /// The tenant its reads are charged as, if any.
+    pub fn tenant(&self) -> Option<&Tenant> {
+        self.tenant.as_ref()
     }
 
     /// `"io_uring"` or `"pread"`.
@@ -270,21 +304,57 @@ impl SharedEngine {
         // Everything is taken by value now, so the future borrows nothing.
         let backend = self.backend.clone();
         let (file, throttle) = (file.clone(), throttle.cloned());
+        let tenant = self.tenant.clone().filter(|_| op == Op::Read);
         async move {
             match backend {
                 Backend::Uring(shards) => {
+                    let s = match (&tenant, &throttle) {
+                        (Some(tenant), Some(t)) => {
+                            let len = buf.len() as u64;
+                            let source = shards[thread_index() % shards.len()]
+                                .lock()
+                                .core
+                                .prebook_source(op, &file, offset, len, t);
+                            let booked = crate::tokio::fair_booking(
+                                t,
+                                tenant,
+                                &file,
+                                (buf.len(), offset),
+                                source,
+                                max_block,
+                            )
+                            .await;
+                            match booked {
+                                Ok(delay) => Submit::new(
+                                    op,
+                                    &file,
+                                    offset,
+                                    None,
+                                    max_block,
+                                    PreIoWait::Linked,
+                                )
+                                .prebooked(delay),
+                                Err(e) => return (Err(e.into()), buf),
+                            }
+                        }
+                        _ => Submit::new(
+                            op,
+                            &file,
+                            offset,
+                            throttle.as_ref(),
+                            max_block,
+                            PreIoWait::Linked,
+                        ),
+                    };
+                    // The ring of the worker that submits (after the turn,
+                    // which the task may have waited for on another one).
                     let shard = shards[thread_index() % shards.len()].clone();
-                    let s = Submit::new(
-                        op,
-                        &file,
-                        offset,
-                        throttle.as_ref(),
-                        max_block,
-                        PreIoWait::Linked,
-                    );
                     shard.run(s, buf).await
                 }
-                Backend::Pread(pool) => pool.run(op, file, buf, offset, throttle, max_block).await,
+                Backend::Pread(pool) => {
+                    pool.run(op, file, buf, offset, throttle, max_block, tenant)
+                        .await
+                }
             }
         }
     }
@@ -492,6 +562,10 @@ struct PreadPool {
 }
 
 impl PreadPool {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the request's fields, as SharedEngine::run passes them"
+    )]
     async fn run(
         self: Arc<Self>,
         op: Op,
@@ -500,9 +574,13 @@ impl PreadPool {
         offset: u64,
         throttle: Option<ThrottlePtr>,
         max_block: Duration,
+        tenant: Option<Tenant>,
     ) -> BufResult<usize, Vec<u8>> {
         let pool = self.clone();
         let job = tokio::task::spawn_blocking(move || {
+            // A blocking-pool thread may block for its turn: the tenant is
+            // current on it for this call only.
+            let _tenant = tenant.as_ref().map(Tenant::enter);
             let mut e = PreadEngine::on(pool.policy, (pool.sys)());
             let out = match op {
                 Op::Read => e.read_at(&file, buf, offset, throttle.as_ref(), max_block),

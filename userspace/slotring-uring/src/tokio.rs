@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use nix::sys::eventfd::EventFd;
-use slotring_throttle::ThrottlePtr;
+use slotring_throttle::{AsyncReserve, Source, Tenant, ThrottlePtr};
 use tokio::io::unix::AsyncFd;
 
 use crate::core::{Core, PreIoWait, Submit};
@@ -41,6 +41,8 @@ struct Inner {
 #[derive(Clone)]
 pub struct AsyncEngine {
     inner: Rc<Inner>,
+    /// The tenant its reads are charged as ([`AsyncEngine::with_tenant`]).
+    tenant: Option<Tenant>,
 }
 
 impl std::fmt::Debug for AsyncEngine {
@@ -88,7 +90,23 @@ impl AsyncEngine {
                 efd,
                 pump: Cell::new(None),
             }),
+            tenant: None,
         })
+    }
+
+    /// The same engine (same ring), whose reads are charged as `tenant` in
+    /// the fair order of every throttler they reach (see
+    /// [`crate::SharedEngine::with_tenant`] for what that means and costs).
+    pub fn with_tenant(&self, tenant: Tenant) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            tenant: Some(tenant),
+        }
+    }
+
+    /// The tenant its reads are charged as, if any.
+    pub fn tenant(&self) -> Option<&Tenant> {
+        self.tenant.as_ref()
     }
 
     /// Read up to `buf.len()` bytes at `offset`. Dropping the future cancels
@@ -102,6 +120,23 @@ impl AsyncEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
+        if let (Some(tenant), Some(t)) = (&self.tenant, throttle) {
+            let len = buf.len() as u64;
+            let source =
+                self.inner
+                    .core
+                    .borrow_mut()
+                    .prebook_source(Op::Read, file, offset, len, t);
+            let range = (buf.len(), offset);
+            let s = match fair_booking(t, tenant, file, range, source, max_block).await {
+                Ok(delay) => {
+                    Submit::new(Op::Read, file, offset, None, max_block, PreIoWait::Linked)
+                        .prebooked(delay)
+                }
+                Err(e) => return (Err(e.into()), buf),
+            };
+            return self.run(s, buf).await;
+        }
         let s = Submit::new(
             Op::Read,
             file,
@@ -172,6 +207,44 @@ impl AsyncEngine {
         core.submit_and_reap()?;
         core.flush()
     }
+}
+
+/// Take `tenant`'s fair turn for a read of `len` bytes at `offset` of
+/// `file` through every level of `throttle`, without blocking the runtime
+/// (the async turn: the task's waker queues in each gate; the head that
+/// waits only for time sleeps on a tokio timer), and book its bytes
+/// (trimmed at the known end of the file) from `source`
+/// (`Core::prebook_source`). Returns the delay the IO must still wait, from
+/// now. Dropping the future while it is queued hands the turn on.
+pub(crate) async fn fair_booking(
+    throttle: &ThrottlePtr,
+    tenant: &Tenant,
+    file: &UringFile,
+    (len, offset): (usize, u64),
+    source: Source,
+    max_block: Duration,
+) -> Result<u64, slotring_throttle::ThrottleError> {
+    let amount = (len as u64).min(file.size_hint().saturating_sub(offset));
+    if amount == 0 {
+        return Ok(0);
+    }
+    let mut r = AsyncReserve::new(Some(tenant.clone()), amount, max_block, 0, source);
+    let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+    poll_fn(|cx| {
+        loop {
+            if let Poll::Ready(out) = r.poll(throttle.as_ref(), cx) {
+                return Poll::Ready(out.map(|r| r.delay_ns));
+            }
+            let Some(after) = r.retry_after() else {
+                return Poll::Pending;
+            };
+            let t = timer.insert(Box::pin(tokio::time::sleep(after)));
+            if t.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+        }
+    })
+    .await
 }
 
 impl Inner {
