@@ -92,7 +92,8 @@ pub trait Throttle: Send + Sync + Debug {
     /// them back where a page-cache read is not charged. A throttler that
     /// limits a block device returns them to its bucket (never past its
     /// burst, so the bound "charged ≤ burst + rate·T + one request" holds
-    /// with refunds netted) and counts them as page-cache bytes; its parents
+    /// with refunds netted) and counts them as page-cache bytes (its
+    /// lifetime count, a monotonic counter, keeps the charge); its parents
     /// and every other throttler keep them, as they would have charged a
     /// page-cache read. Never fails and never waits. The default keeps
     /// everything (a custom throttle that does not distinguish sources).
@@ -642,25 +643,6 @@ impl Throttler {
         }
     }
 
-    /// Take `amount` off the lifetime count (a refund), never below 0; a
-    /// saturated count stays saturated (it reads "at least 2⁶⁴ − 1", and a
-    /// refund cannot tell how much lies above). Relaxed, as
-    /// [`Self::add_count`].
-    fn sub_count(&self, amount: u64) {
-        let count = &self.bucket.count;
-        let mut cur = count.load(Ordering::Relaxed);
-        loop {
-            if cur == u64::MAX {
-                return;
-            }
-            let next = cur.saturating_sub(amount);
-            match count.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(actual) => cur = actual,
-            }
-        }
-    }
-
     /// ClickHouse's `throttle`: charge here at once, wait for this level's
     /// deficit, then the parent (today's path, without a tenant).
     fn throttle_first_come(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
@@ -966,11 +948,11 @@ impl Throttle for Throttler {
 
     fn refund_page_cache_read(&self, amount: u64) {
         if self.block_device {
-            // What the burst caps is kept (it was waited for already); the
-            // count and the page-cache bytes move by the whole amount, as if
-            // the read had been known to be cached when it was charged.
+            // What the burst caps is kept (it was waited for already). The
+            // counters stay monotonic (they are Prometheus counters): the
+            // lifetime count keeps the charge, the refund is counted with
+            // the page-cache bytes.
             let _ = self.bucket.refund(amount, self.now());
-            self.sub_count(amount);
             self.live
                 .page_cache_amount
                 .fetch_add(amount, Ordering::Relaxed);

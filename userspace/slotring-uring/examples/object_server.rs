@@ -220,7 +220,16 @@ impl Server {
     /// What was served and charged, and the engine's counters, as
     /// `key=value` lines (`GET /stats`).
     pub fn stats(&self) -> String {
-        let charged = self.disk.as_ref().map_or(0, |d| d.counters().amount);
+        // Charged to the disk net of what was given back (the throttler's
+        // count keeps every charge; the engine counts the refunds).
+        let refunded = self
+            .engine
+            .as_ref()
+            .map_or(0, |e| e.counters().page_cache_refund_bytes);
+        let charged = self
+            .disk
+            .as_ref()
+            .map_or(0, |d| d.counters().amount.saturating_sub(refunded));
         let mut out = format!(
             "bytes_served={}\ndisk_charged={charged}\n",
             self.served.load(Ordering::Relaxed)
