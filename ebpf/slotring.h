@@ -161,6 +161,7 @@ struct uring_stats {
 	__u64 writeback_submissions;
 	__u64 writeback_errors;
 	__u64 dirty_high_water_bytes;
+	__u64 page_cache_refund_bytes;
 };
 
 /*

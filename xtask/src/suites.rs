@@ -13,6 +13,7 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("shared", ("slotring-uring", "shared")),
     ("service", ("slotring-uring", "service")),
     ("write", ("slotring-uring", "write")),
+    ("wait", ("slotring-uring", "wait")),
     ("bpf", ("slotring-bpf", "bpf")),
     ("e2e", ("slotring-cli", "e2e")),
     ("adaptive", ("slotring-cli", "adaptive")),

@@ -234,6 +234,56 @@ impl Bucket {
         }
     }
 
+    /// Refill to `now_ns`, capped at the burst, then give back `amount`
+    /// tokens, never past the burst. In tokens that is
+    /// `min(burst, min(burst, tokens + rate·dt) + amount)`; in virtual time
+    /// `tat ← max(max(tat, now − burst) − amount, now − burst)`, exact like
+    /// a charge. Returns the nano-tokens actually given back (less than
+    /// `amount·10⁹` where the burst caps them). While unlimited (rate 0)
+    /// the bucket is frozen and nothing is given back, as nothing was
+    /// charged.
+    ///
+    /// Memory ordering: as a charge (Acquire loads of `cfg` then `word`,
+    /// tags compared, `AcqRel` CAS), so a refund and a charge are ordered
+    /// like two charges and a rate change converts a state that includes
+    /// the refund or makes its CAS fail.
+    pub(crate) fn refund(&self, amount: u64, now_ns: u64) -> u128 {
+        let back = u128::from(amount) * NANO;
+        let mut spins = 0;
+        loop {
+            let (tag, rate) = unpack_cfg(self.cfg.load(Ordering::Acquire));
+            if rate == 0 || back == 0 {
+                return 0;
+            }
+            let w = self.word.load(Ordering::Acquire);
+            if word_tag(w) != tag {
+                backoff(&mut spins);
+                continue;
+            }
+            let tat = w & TAT_MASK;
+            let r = u128::from(rate);
+            let full =
+                (u128::from(now_ns) * r).wrapping_sub(r * u128::from(self.burst_ns)) & TAT_MASK;
+            // Tokens below the burst: room = tat − (now − burst) if positive.
+            let room = sdiff(tat, full);
+            if room <= 0 {
+                // Full already (after the capped refill): nothing fits.
+                return 0;
+            }
+            let given = back.min(room as u128);
+            let new_tat = tat.wrapping_sub(given) & TAT_MASK;
+            match self.word.compare_exchange_weak(
+                w,
+                pack_word(tag, new_tat),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return given,
+                Err(_) => backoff(&mut spins),
+            }
+        }
+    }
+
     /// Change the rate at `now_ns`, keeping the tokens in the bucket (capped at
     /// the new burst, as the next refill would cap them).
     pub(crate) fn set_rate(&self, new_rate: u64, now_ns: u64) -> Result<(), BucketError> {
@@ -333,6 +383,25 @@ mod tests {
             10 * NANO as i128,
             "60 tokens, capped at the new burst"
         );
+    }
+
+    #[test]
+    fn a_refund_gives_tokens_back_but_never_past_the_burst() {
+        let b = Bucket::new(100, S, 0).unwrap();
+        b.charge(150, 0).unwrap();
+        assert_eq!(b.refund(30, 0), 30 * NANO, "all of it fits");
+        assert_eq!(b.tokens_nano(0), -20 * NANO as i128);
+        // Half a second later 50 tokens have come back (30 in total); a
+        // refund of 100 fills the bucket to its burst of 100 and no more.
+        assert_eq!(b.refund(100, S / 2), 70 * NANO);
+        assert_eq!(b.tokens_nano(S / 2), 100 * NANO as i128);
+        assert_eq!(b.refund(1, S / 2), 0, "a full bucket takes nothing");
+        // Long idle: the refill is capped first, so a refund adds nothing.
+        assert_eq!(b.refund(5, 10 * S), 0);
+        assert_eq!(b.charge(100, 10 * S).unwrap().tokens_nano, 0);
+        // Unlimited: nothing was charged, nothing is given back.
+        b.set_rate(0, 10 * S).unwrap();
+        assert_eq!(b.refund(5, 10 * S), 0);
     }
 
     #[test]

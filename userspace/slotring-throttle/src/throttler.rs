@@ -86,6 +86,21 @@ pub trait Throttle: Send + Sync + Debug {
         source: Source,
     ) -> Result<Reservation, ThrottleError>;
 
+    /// `amount` tokens charged earlier as [`Source::Device`] turned out to
+    /// be copied from the OS page cache (a read found cached when its
+    /// throttle wait ended, brought in meanwhile by another reader): give
+    /// them back where a page-cache read is not charged. A throttler that
+    /// limits a block device returns them to its bucket (never past its
+    /// burst, so the bound "charged ≤ burst + rate·T + one request" holds
+    /// with refunds netted) and counts them as page-cache bytes (its
+    /// lifetime count, a monotonic counter, keeps the charge); its parents
+    /// and every other throttler keep them, as they would have charged a
+    /// page-cache read. Never fails and never waits. The default keeps
+    /// everything (a custom throttle that does not distinguish sources).
+    fn refund_page_cache_read(&self, amount: u64) {
+        let _ = amount;
+    }
+
     /// [`Throttle::reserve`] without blocking, as the tenant `op` carries
     /// (the *async turn*): poll until ready. Where this tenant must wait for
     /// its fair turn at a level, the request queues there with
@@ -931,6 +946,22 @@ impl Throttle for Throttler {
         }
     }
 
+    fn refund_page_cache_read(&self, amount: u64) {
+        if self.block_device {
+            // What the burst caps is kept (it was waited for already). The
+            // counters stay monotonic (they are Prometheus counters): the
+            // lifetime count keeps the charge, the refund is counted with
+            // the page-cache bytes.
+            let _ = self.bucket.refund(amount, self.now());
+            self.live
+                .page_cache_amount
+                .fetch_add(amount, Ordering::Relaxed);
+        }
+        if let Some(p) = &self.parent {
+            p.refund_page_cache_read(amount);
+        }
+    }
+
     fn poll_reserve(
         &self,
         cx: &mut Context<'_>,
@@ -1021,6 +1052,12 @@ impl Throttle for ThrottlerArray {
             };
         }
         Ok(acc)
+    }
+
+    fn refund_page_cache_read(&self, amount: u64) {
+        for t in &self.members {
+            t.refund_page_cache_read(amount);
+        }
     }
 
     fn poll_reserve(

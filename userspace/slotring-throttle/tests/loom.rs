@@ -123,6 +123,40 @@ fn the_charge_that_saturates_the_count_exceeds_a_max_limit() {
     });
 }
 
+#[test]
+fn a_refund_racing_a_charge_matches_a_serial_order() {
+    loom::model(|| {
+        let clock = Arc::new(ManualClock::new(1_000_000_000));
+        let t = Arc::new(
+            Throttler::builder(100)
+                .clock(clock)
+                .limits_block_device_bandwidth(true)
+                .build()
+                .unwrap(),
+        );
+        // 100 − 90 = 10 tokens left before the race.
+        t.throttle(90, Duration::ZERO).unwrap();
+        let charger = {
+            let t = t.clone();
+            loom::thread::spawn(move || t.throttle(40, Duration::ZERO).unwrap())
+        };
+        let refunder = {
+            let t = t.clone();
+            loom::thread::spawn(move || t.refund_page_cache_read(95))
+        };
+        charger.join().unwrap();
+        refunder.join().unwrap();
+        // charge then refund: min(100, 10 − 40 + 95) = 65; refund then
+        // charge: min(100, 10 + 95) − 40 = 60. Nothing else is possible.
+        let tokens = t.tokens_nano();
+        assert!(tokens == tok(65) || tokens == tok(60), "tokens = {tokens}");
+        // The counters stay monotonic: the count keeps both charges, the
+        // refund is page-cache bytes.
+        assert_eq!(t.count(), 130);
+        assert_eq!(t.counters().page_cache_amount, 95);
+    });
+}
+
 /// Wakes a thread blocked in [`block_on`] through loom's `Notify`, so a
 /// lost wake-up is a deadlock the model reports.
 struct Unpark(loom::sync::Notify);

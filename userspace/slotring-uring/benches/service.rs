@@ -142,11 +142,14 @@ struct Run {
     errors: u64,
     served: u64,
     disk_charged: u64,
+    /// Charged as misses, found cached after the wait and given back.
+    refunded: u64,
     cq_overflows: u64,
     cpu_s: f64,
     peak_threads: u64,
     peak_rss_mb: f64,
-    /// Bytes/s read from the disk by the server after [`SETTLE`].
+    /// Bytes/s read from the disk by the server from [`SETTLE`] to the end
+    /// of wrk's duration.
     disk_rate: f64,
 }
 
@@ -256,7 +259,18 @@ fn run(dir: &Path, objects: u64, variant: &str, rate: u64, conns: u32, secs: u64
         .find(|s| s.at >= SETTLE)
         .copied()
         .unwrap_or(first);
-    let window = (last.at - settled.at).as_secs_f64().max(1e-3);
+    // The rate window ends with the load: the last sample within wrk's
+    // duration (after it, wrk closes its connections and prints, and the
+    // idle tail, longer at 1,024 connections, would read as a rate error).
+    let loaded = samples
+        .iter()
+        .rev()
+        .find(|s| s.at <= Duration::from_secs(secs))
+        .copied()
+        .unwrap_or(last);
+    let window = (loaded.at.saturating_sub(settled.at))
+        .as_secs_f64()
+        .max(1e-3);
     Run {
         rps: r["requests"] / r["duration_s"],
         p50_ms: r["p50_ms"],
@@ -264,11 +278,12 @@ fn run(dir: &Path, objects: u64, variant: &str, rate: u64, conns: u32, secs: u64
         errors: (r["non2xx"] + r["connect"] + r["read"] + r["write"] + r["timeout"]) as u64,
         served: st.get("bytes_served").copied().unwrap_or(0),
         disk_charged: st.get("disk_charged").copied().unwrap_or(0),
+        refunded: st.get("page_cache_refund_bytes").copied().unwrap_or(0),
         cq_overflows: st.get("cq_overflows").copied().unwrap_or(0),
         cpu_s: last.cpu_s - first.cpu_s,
         peak_threads: samples.iter().map(|s| s.threads).max().unwrap_or(0),
         peak_rss_mb: samples.iter().map(|s| s.rss_kb).max().unwrap_or(0) as f64 / 1024.0,
-        disk_rate: (last.read_bytes - settled.read_bytes) as f64 / window,
+        disk_rate: loaded.read_bytes.saturating_sub(settled.read_bytes) as f64 / window,
     }
 }
 
@@ -357,7 +372,7 @@ fn main() {
         RATE >> 20
     );
     println!(
-        "{:<5} {:<9} {:>5} {:>10} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7}",
+        "{:<5} {:<9} {:>5} {:>10} {:>9} {:>9} {:>7} {:>8} {:>8} {:>9} {:>9} {:>8} {:>7} {:>10}",
         "set",
         "variant",
         "conns",
@@ -370,7 +385,8 @@ fn main() {
         "CPU s/GB",
         "disk MiB/s",
         "err %",
-        "CQ ovf"
+        "CQ ovf",
+        "refund MiB"
     );
     let mut keys: Vec<_> = runs.keys().cloned().collect();
     keys.sort_by_key(|(s, v, c)| (s.clone(), *c, *v));
@@ -379,7 +395,7 @@ fn main() {
         let gb = r.served as f64 / 1e9;
         let err = (r.disk_rate - RATE as f64).abs() / RATE as f64 * 100.0;
         println!(
-            "{:<5} {:<9} {:>5} {:>10.0} {:>9.2} {:>9.2} {:>7} {:>8} {:>8.1} {:>9.2} {:>9.1} {:>8.1} {:>7}",
+            "{:<5} {:<9} {:>5} {:>10.0} {:>9.2} {:>9.2} {:>7} {:>8} {:>8.1} {:>9.2} {:>9.1} {:>8.1} {:>7} {:>10.1}",
             k.0,
             k.1,
             k.2,
@@ -392,7 +408,8 @@ fn main() {
             if gb > 0.0 { r.cpu_s / gb } else { 0.0 },
             r.disk_rate / (1 << 20) as f64,
             err,
-            r.cq_overflows
+            r.cq_overflows,
+            r.refunded as f64 / (1 << 20) as f64
         );
     }
     for (k, r) in &partial {

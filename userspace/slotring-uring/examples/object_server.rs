@@ -220,7 +220,16 @@ impl Server {
     /// What was served and charged, and the engine's counters, as
     /// `key=value` lines (`GET /stats`).
     pub fn stats(&self) -> String {
-        let charged = self.disk.as_ref().map_or(0, |d| d.counters().amount);
+        // Charged to the disk net of what was given back (the throttler's
+        // count keeps every charge; the engine counts the refunds).
+        let refunded = self
+            .engine
+            .as_ref()
+            .map_or(0, |e| e.counters().page_cache_refund_bytes);
+        let charged = self
+            .disk
+            .as_ref()
+            .map_or(0, |d| d.counters().amount.saturating_sub(refunded));
         let mut out = format!(
             "bytes_served={}\ndisk_charged={charged}\n",
             self.served.load(Ordering::Relaxed)
@@ -231,8 +240,9 @@ impl Server {
             let _ = e.poll_progress();
             let c = e.counters();
             out += &format!(
-                "page_cache_bytes={}\ncancellations={}\nsq_full={}\ncq_overflows={}\nin_flight={}\n",
+                "page_cache_bytes={}\npage_cache_refund_bytes={}\ncancellations={}\nsq_full={}\ncq_overflows={}\nin_flight={}\n",
                 c.page_cache_bytes,
+                c.page_cache_refund_bytes,
                 c.cancellations,
                 c.sq_full,
                 c.cq_overflows,

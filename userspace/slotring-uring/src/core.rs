@@ -29,8 +29,21 @@
 //!   block-device level skips it, its parents charge it; a resulting wait is
 //!   a standalone timeout before the request completes). `-EAGAIN` or a
 //!   short result charges what remains as a device read and queues timeout +
-//!   plain read, which go out with the next `io_uring_enter` the driver
-//!   makes anyway.
+//!   read, which go out with the next `io_uring_enter` the driver makes
+//!   anyway. A read the disk-rate guard routed by `cachestat` (no
+//!   `RWF_NOWAIT` read of its own yet) that has to wait looks at the page
+//!   cache again when the wait ends, and what another reader brought in
+//!   meanwhile is refunded to the block-device throttlers
+//!   ([`Throttle::refund_page_cache_read`]), so the disk sees the limit
+//!   even when many connections miss on the same ranges. On the async
+//!   front ends ([`PreIoWait::Linked`]) its wait is a standalone timeout
+//!   and, at its CQE, `cachestat` counts the pages present, up to date or
+//!   still being read in by another reader (`Core::refund_cached`); a
+//!   linked release of the blocking front end re-probes with `RWF_NOWAIT`
+//!   instead (`Core::on_reprobe`, which also says why a request that
+//!   probed does not look again).
+//!
+//! [`Throttle::refund_page_cache_read`]: slotring_throttle::Throttle::refund_page_cache_read
 //! * **Guard** (the block device's instantaneous rate): while
 //!   [`Policy::guard_engaged`] for this read plus every probe already in
 //!   flight, the engine does not probe: it asks `cachestat(2)` and routes
@@ -240,6 +253,12 @@ pub(crate) struct Req {
     /// Paced writes: bytes written whose writeback no successful (or
     /// failed, hence the kernel's) `SYNC_FILE_RANGE` has taken yet.
     unsynced: u64,
+    /// A read routed by probing the page cache ([`Route::Probe`]) that has
+    /// issued no `RWF_NOWAIT` read yet (the disk-rate guard routed it by
+    /// `cachestat`): after a throttle wait its IO is a re-probe (see
+    /// [`Core::on_reprobe`]). A probe that misses clears it: it may have
+    /// started the read-in itself.
+    reprobe: bool,
     owner: Owner,
     state: Lifecycle,
 }
@@ -369,6 +388,7 @@ impl Core {
             booked: 0,
             writebacks: 0,
             unsynced: 0,
+            reprobe: false,
             owner: Owner::Waiting(None),
             state: Lifecycle::Starting,
         };
@@ -431,6 +451,7 @@ impl Core {
             Route::Device => self.charge_then_io(id, prebooked_ns),
             Route::PageCache => self.known_hit_io(id),
             Route::Probe => {
+                self.req(id).reprobe = op == Op::Read;
                 let need = |probes: u64| probes + len as u64;
                 let mut engaged = self
                     .policy
@@ -560,7 +581,14 @@ impl Core {
             r.max_block,
             after_ns,
         )?;
-        let (io, pre_io_wait) = (r.next_io(r.io_kind()), r.pre_io_wait);
+        // A read that waits re-probes the page cache when the wait ends
+        // (another reader may have brought its bytes in meanwhile).
+        let kind = if delay > 0 && r.reprobe {
+            IoKind::NowaitRead
+        } else {
+            r.io_kind()
+        };
+        let (io, pre_io_wait) = (r.next_io(kind), r.pre_io_wait);
         let next = match (self.book_wait(id, delay), pre_io_wait) {
             (None, _) => Lifecycle::Io {
                 io,
@@ -568,6 +596,12 @@ impl Core {
             },
             // The front end decides how this wait goes out.
             (Some(deadline_ns), PreIoWait::Staged) => Lifecycle::Staged { deadline_ns, io },
+            // A re-probe waits standalone: at its expiry `cachestat` tells
+            // what another reader has brought in (or is reading in) meanwhile
+            // (`Core::on_wait`), before any read of ours touches the range.
+            (Some(deadline_ns), PreIoWait::Linked) if io.kind == IoKind::NowaitRead => {
+                Lifecycle::Held { io, deadline_ns }
+            }
             (Some(deadline_ns), PreIoWait::Linked) => Lifecycle::Linked { io, deadline_ns },
         };
         self.queue(id, next)
@@ -874,6 +908,12 @@ impl Core {
                 if !expired {
                     return Err(timeout_failed(-res));
                 }
+                let io = if io.kind == IoKind::NowaitRead {
+                    self.refund_cached(id);
+                    self.req(id).next_io(IoKind::Read)
+                } else {
+                    io
+                };
                 self.queue(
                     id,
                     Lifecycle::Io {
@@ -917,20 +957,22 @@ impl Core {
     fn on_io(&mut self, id: SlotId, res: i32) -> Result<(), UringError> {
         let r = self.req(id);
         let cancel = r.owner.cancel_requested();
-        let (io, charge) = match r.state {
-            Lifecycle::Probing { io } => (io, Charge::Booked),
-            Lifecycle::Io { io, charge } => (io, charge),
+        // `first`: the probe that decides the charge; a NOWAIT read in any
+        // other state is a re-probe after a booked wait.
+        let (io, charge, first) = match r.state {
+            Lifecycle::Probing { io } => (io, Charge::Booked, true),
+            Lifecycle::Io { io, charge } => (io, charge, false),
             Lifecycle::Linked { .. } if res == -libc::ECANCELED && !cancel => {
                 // Its wait's CQE is still to come: whether the wait failed
                 // decides the outcome (`on_wait`).
                 r.state = Lifecycle::WaitDecides;
                 return Ok(());
             }
-            Lifecycle::Linked { io, .. } => (io, Charge::Booked),
+            Lifecycle::Linked { io, .. } => (io, Charge::Booked, false),
             Lifecycle::WaitFailed { errno, .. } if res == -libc::ECANCELED => {
                 return Err(timeout_failed(errno));
             }
-            Lifecycle::WaitFailed { io, .. } => (io, Charge::Booked),
+            Lifecycle::WaitFailed { io, .. } => (io, Charge::Booked, false),
             // Finished already.
             _ => return Ok(()),
         };
@@ -943,15 +985,18 @@ impl Core {
                 return Err(UringError::Cancelled);
             }
             self.counters.resubmits += 1;
-            let again = if probing {
+            let again = if first {
                 Lifecycle::Probing { io }
             } else {
                 Lifecycle::Io { io, charge }
             };
             return self.queue(id, again);
         }
-        if probing {
+        if probing && first {
             return self.on_probe(id, io, res);
+        }
+        if probing {
+            return self.on_reprobe(id, io, res);
         }
         let r = self.req(id);
         if res < 0 {
@@ -1058,6 +1103,9 @@ impl Core {
 
     fn on_probe(&mut self, id: SlotId, probe: IoSqe, res: i32) -> Result<(), UringError> {
         let cancel = self.req(id).owner.cancel_requested();
+        // Whatever it found, this probe may have started reading the rest
+        // in: a hit after the wait could be its own (see `on_reprobe`).
+        self.req(id).reprobe = false;
         if res == -libc::EAGAIN {
             self.counters.nowait_misses += 1;
             if cancel {
@@ -1104,6 +1152,93 @@ impl Core {
         }
         self.counters.nowait_misses += 1;
         self.charge_then_io(id, d)
+    }
+
+    /// A read charged as a miss re-probed the page cache when its throttle
+    /// wait ended (`RWF_NOWAIT`): what it found cached another reader
+    /// brought in meanwhile, so the disk never reads it for us; those bytes
+    /// are given back to the block-device throttlers
+    /// ([`slotring_throttle::Throttle::refund_page_cache_read`]), and the
+    /// rest (a miss, or past a cached prefix) is read as charged. Without
+    /// the refund, at many connections the disk runs under its limit by the
+    /// share of charged reads another connection served first.
+    ///
+    /// Only a request that issued no `RWF_NOWAIT` read before its wait
+    /// re-probes (see [`Req::reprobe`]): on this kernel (6.18) a
+    /// `RWF_NOWAIT` read that misses *starts reading the range in* before
+    /// it answers `-EAGAIN` (16 pages of a 64 KiB miss are resident right
+    /// after it, `fincore` shows), so after a probe that missed, the
+    /// request's own disk read may be done by the end of its wait, and a
+    /// re-probe would refund the disk read it caused.
+    fn on_reprobe(&mut self, id: SlotId, io: IoSqe, res: i32) -> Result<(), UringError> {
+        if self.req(id).owner.cancel_requested() {
+            return Err(UringError::Cancelled);
+        }
+        let n = match res {
+            // Still not cached (or NOWAIT refused now): the read it waited for.
+            e if e == -libc::EAGAIN || e == -libc::EOPNOTSUPP => 0,
+            e if e < 0 => return Err(io_failed(io, e)),
+            // At or past EOF.
+            0 => return self.io_done(id, Charge::Booked),
+            n => n as usize,
+        };
+        if n > 0 {
+            self.counters.page_cache_hits += 1;
+            self.counters.page_cache_bytes += n as u64;
+            self.req(id).done += n;
+            self.refund(id, n as u64);
+        }
+        let r = self.req(id);
+        if r.done == r.len {
+            return self.io_done(id, Charge::Booked);
+        }
+        let io = r.next_io(IoKind::Read);
+        if n > 0 {
+            // A cached prefix: the rest is read as charged.
+            self.counters.short_reads += 1;
+        }
+        self.queue(
+            id,
+            Lifecycle::Io {
+                io,
+                charge: Charge::Booked,
+            },
+        )
+    }
+
+    /// A re-probe's standalone wait expired and none of its own reads has
+    /// touched the range yet: what `cachestat(2)` counts in the page cache
+    /// now, up to date or still being read in by another reader, will not
+    /// be read from the disk for this request, so it is refunded; the read
+    /// that follows is plain. Exact to the page (a range that starts or ends
+    /// inside a cached page may get up to that page's rest back), and
+    /// unlike a `RWF_NOWAIT` re-probe it also catches another reader's
+    /// read-in still in flight. A failed `cachestat` refunds nothing.
+    fn refund_cached(&mut self, id: SlotId) {
+        let r = self.req(id);
+        let (fd, pos) = (r.file.fd(), r.offset + r.done as u64);
+        let rest = self.chargeable(id);
+        if rest == 0 {
+            return;
+        }
+        self.counters.cachestat_checks += 1;
+        if let Ok(st) = self.ring.sys().cachestat(fd, pos, rest) {
+            let cached = policy::cached_bytes(&st, rest);
+            if cached > 0 {
+                self.counters.page_cache_hits += 1;
+                self.counters.page_cache_bytes += cached;
+                self.refund(id, cached);
+            }
+        }
+    }
+
+    /// Give `n` bytes charged as a disk read back to the request's
+    /// block-device throttlers: they came from the page cache after all.
+    fn refund(&mut self, id: SlotId, n: u64) {
+        self.counters.page_cache_refund_bytes += n;
+        if let Some(t) = &self.req(id).throttle {
+            t.refund_page_cache_read(n);
+        }
     }
 
     /// Whether the request finished.

@@ -35,6 +35,8 @@ slotring_counters::counter_set! {
         counter writeback_errors: "Writebacks of paced writes the kernel refused.",
         /// Per engine (a sum over engines bounds the total from above).
         gauge dirty_high_water_bytes: "High-water mark of paced bytes in the page cache whose writeback was not started yet.",
+        /// Also counted in `page_cache_bytes`.
+        counter page_cache_refund_bytes: "Bytes charged as a miss but found in the page cache when their throttle wait ended, given back to the disk throttler.",
     }
 }
 

@@ -97,9 +97,9 @@ pub use crate::policy::{Op, Policy};
 pub use crate::pread::PreadEngine;
 pub use crate::shared::{AsyncIo, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
-pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls};
+pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls, WARM_UP_USER_DATA};
 pub use crate::tokio::AsyncEngine;
-pub use crate::wait::RingWait;
+pub use crate::wait::{RingWait, RingWaitConfig};
 
 /// Re-exported so seam implementations can name the ring type.
 #[cfg(feature = "test-util")]

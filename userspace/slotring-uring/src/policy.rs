@@ -246,6 +246,13 @@ pub(crate) fn after_nowait_unsupported(in_memory: io::Result<bool>) -> NowaitMod
     }
 }
 
+/// Bytes of a `len`-byte range that `cachestat(2)` counts in the page cache
+/// (whole pages, at most `len`): up to date or still being read in by
+/// another reader, they are not read from the disk by a read of the range.
+pub(crate) fn cached_bytes(stat: &CacheStat, len: u64) -> u64 {
+    stat.nr_cache.saturating_mul(PAGE).min(len)
+}
+
 /// Pages (of [`PAGE`] bytes) that `[off, off + len)` touches.
 pub(crate) fn pages_spanned(off: u64, len: u64) -> u64 {
     if len == 0 {

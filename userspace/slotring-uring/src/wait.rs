@@ -1,17 +1,22 @@
-//! [`RingWait`]: a [`WaitStrategy`] that waits on an io_uring timeout SQE
-//! instead of `clock_nanosleep`, for throttle waits that do not go through
-//! an engine (a caller throttling network bytes with `Throttler::throttle`).
+//! [`RingWait`]: a [`WaitStrategy`] that waits on an io_uring ring instead
+//! of `clock_nanosleep`, for throttle waits that do not go through an
+//! engine (a caller throttling network bytes with `Throttler::throttle`).
 //!
 //! Each thread that waits gets its own small ring (two entries, created on
 //! its first wait, dropped with the thread). A wait converts the remaining
 //! time on the throttler's clock into an absolute `CLOCK_MONOTONIC`
-//! deadline, pushes one `IORING_OP_TIMEOUT` (`IORING_TIMEOUT_ABS`), parks
-//! the caller's CPU lease, and waits for its CQE in `io_uring_enter`. If the
-//! clock (`CLOCK_MONOTONIC_RAW`, which NTP does not slew) still reads short
-//! of the deadline, the rest is waited on the ring too (a nanosleep would
-//! add its timer slack, 50 µs by default). Measured in `cargo xtask
-//! bench throttle` (`wait_overshoot_us_p50_ring` beside the nanosleep's
-//! `wait_overshoot_us_p50`).
+//! deadline, parks the caller's CPU lease, and sleeps in `io_uring_enter`
+//! until it: by default on an absolute `IORING_OP_TIMEOUT` SQE
+//! ([`RingWaitConfig::enter_timeout`] `false`), or with no SQE, on the
+//! enter's own absolute `EXT_ARG` timeout. Neither hrtimer has timer slack
+//! (`io_uring/timeout.c` starts it with `hrtimer_start`, `io_uring/wait.c`
+//! with `hrtimer_set_expires_range_ns(.., 0)`), which is what a ring wait
+//! saves over a nanosleep's 50 µs default slack; the rest of the overshoot
+//! is the machine's wake-up latency, common to both. Every configuration
+//! is measured side by side in `cargo xtask bench wait` (table in
+//! ARCHITECTURE.md). If the clock (`CLOCK_MONOTONIC_RAW`, which NTP does
+//! not slew) still reads short of the deadline after the ring's wait, the
+//! rest is waited on the ring too (a nanosleep would add its slack).
 //!
 //! Where a thread cannot have a ring (io_uring disabled, seccomp, an old
 //! kernel, `RLIMIT_MEMLOCK`), the wait falls back to the clock's own
@@ -20,6 +25,7 @@
 
 use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use slotring_throttle::{Clock, WaitStrategy, park_current_lease};
@@ -30,66 +36,147 @@ use crate::sys::{Cqe, RealSyscalls, Ring, SetupParams, Syscalls, monotonic_now_n
 /// Makes the syscall seam of a thread's ring.
 type SysFactory = Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync>;
 
-/// Waits on a per-thread ring's absolute timeout SQE, lease parked; falls
-/// back to `clock_nanosleep` (see the module docs).
+/// How a [`RingWait`] waits. The default ([`RingWaitConfig::DEFAULT`]) is
+/// the configuration that overshot least in `cargo xtask bench wait` (see
+/// ARCHITECTURE.md): the enter's own timeout, woken
+/// [`DEFAULT_ADVANCE`] early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RingWaitConfig {
+    /// Sleep on `io_uring_enter`'s absolute `EXT_ARG` timeout (no SQE; the
+    /// hrtimer wakes the task directly) instead of an `IORING_OP_TIMEOUT`
+    /// SQE (whose expiry posts its CQE through task work). Kernel 6.12+
+    /// (`IORING_ENTER_ABS_TIMER`); where the kernel refuses it, the
+    /// thread's waits use the SQE.
+    pub enter_timeout: bool,
+    /// Set the thread's ring up with `IORING_SETUP_COOP_TASKRUN`.
+    pub coop_taskrun: bool,
+    /// Set the thread's ring up with `IORING_SETUP_SINGLE_ISSUER |
+    /// IORING_SETUP_DEFER_TASKRUN` (the ring is only ever the thread's own).
+    pub defer_taskrun: bool,
+    /// Wake this long before the deadline and wait the rest on the clock,
+    /// spinning, with the lease unparked (zero: no spin). The spin lasts
+    /// only what the wake-up was faster than this: its CPU cost is
+    /// reported by `cargo xtask bench wait`.
+    pub advance: Duration,
+}
+
+/// How much earlier than the deadline the default configuration wakes:
+/// less than this machine's median wake-up latency without timer slack
+/// (35–50 µs in `cargo xtask bench wait`), so the spin after it is usually
+/// nothing and at most this long.
+pub const DEFAULT_ADVANCE: Duration = Duration::from_micros(20);
+
+impl RingWaitConfig {
+    /// The default: [`RingWaitConfig::enter_timeout`], woken
+    /// [`DEFAULT_ADVANCE`] early, on a plain ring.
+    pub const DEFAULT: Self = Self {
+        enter_timeout: true,
+        coop_taskrun: false,
+        defer_taskrun: false,
+        advance: DEFAULT_ADVANCE,
+    };
+
+    /// The `IORING_OP_TIMEOUT` SQE on a plain ring, no advance (the first
+    /// design, kept for comparison).
+    pub const TIMEOUT_SQE: Self = Self {
+        enter_timeout: false,
+        coop_taskrun: false,
+        defer_taskrun: false,
+        advance: Duration::ZERO,
+    };
+
+    fn setup(&self) -> SetupParams {
+        SetupParams {
+            entries: 2,
+            cq_entries: 0,
+            sqpoll_idle_ms: None,
+            coop_taskrun: self.coop_taskrun,
+            single_issuer: self.defer_taskrun,
+            defer_taskrun: self.defer_taskrun,
+        }
+    }
+}
+
+/// Waits on a per-thread ring, lease parked; falls back to
+/// `clock_nanosleep` (see the module docs).
 #[derive(Clone)]
 pub struct RingWait {
     sys: SysFactory,
+    cfg: RingWaitConfig,
 }
 
 impl std::fmt::Debug for RingWait {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RingWait")
+            .field("cfg", &self.cfg)
             .field("fallback_reason", &Self::fallback_reason())
             .finish()
     }
 }
 
+/// A thread's ring and the set-up it was made with.
+struct ThreadRing {
+    setup: SetupParams,
+    ring: Result<Ring<()>, ()>,
+}
+
 thread_local! {
     /// This thread's ring, or why it has none.
-    static RING: RefCell<Option<Result<Ring<()>, ()>>> = const { RefCell::new(None) };
+    static RING: RefCell<Option<ThreadRing>> = const { RefCell::new(None) };
+    /// The kernel refused an absolute enter timeout on this thread: its
+    /// waits use the timeout SQE.
+    static NO_ENTER_TIMEOUT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 static FALLBACK: OnceLock<String> = OnceLock::new();
 
-fn setup() -> SetupParams {
-    SetupParams {
-        entries: 2,
-        cq_entries: 0,
-        sqpoll_idle_ms: None,
-        coop_taskrun: false,
-        single_issuer: false,
-        defer_taskrun: false,
+impl Default for RingWaitConfig {
+    fn default() -> Self {
+        Self::DEFAULT
     }
 }
 
 impl RingWait {
-    /// A ring wait on the real kernel; fails (naming why) if this thread
-    /// cannot set up a ring, so the caller can keep `clock_nanosleep` and
-    /// say so.
+    /// A ring wait on the real kernel, default configuration; fails (naming
+    /// why) if this thread cannot set up a ring, so the caller can keep
+    /// `clock_nanosleep` and say so.
     pub fn new() -> Result<Self, UringError> {
-        Self::on(Arc::new(|| -> Box<dyn Syscalls> { Box::new(RealSyscalls) }))
+        Self::with_config(RingWaitConfig::default())
     }
 
-    /// Every ring syscall through a seam made by `sys` (feature
-    /// `test-util`: fault injection). The calling thread's ring is made now.
+    /// A ring wait configured by `cfg` (the bench measures each choice).
+    pub fn with_config(cfg: RingWaitConfig) -> Result<Self, UringError> {
+        Self::on(
+            Arc::new(|| -> Box<dyn Syscalls> { Box::new(RealSyscalls) }),
+            cfg,
+        )
+    }
+
+    /// Configured by `cfg`, every ring syscall through a seam made by `sys`
+    /// (feature `test-util`: fault injection). The calling thread's ring is
+    /// made now.
     #[cfg(feature = "test-util")]
     pub fn with_syscalls(
         sys: Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync>,
+        cfg: RingWaitConfig,
     ) -> Result<Self, UringError> {
-        Self::on(sys)
+        Self::on(sys, cfg)
     }
 
-    fn on(sys: SysFactory) -> Result<Self, UringError> {
-        let w = Self { sys };
+    fn on(sys: SysFactory, cfg: RingWaitConfig) -> Result<Self, UringError> {
+        let w = Self { sys, cfg };
         // Probe on this thread: the ring is kept for its waits.
+        let setup = cfg.setup();
         RING.with(|r| {
             let mut r = r.borrow_mut();
             match r.as_ref() {
-                Some(Ok(_)) => Ok(()),
-                _ => match Ring::new((w.sys)(), &setup()) {
+                Some(t) if t.setup == setup && t.ring.is_ok() => Ok(()),
+                _ => match Ring::new((w.sys)(), &setup) {
                     Ok(ring) => {
-                        *r = Some(Ok(ring));
+                        *r = Some(ThreadRing {
+                            setup,
+                            ring: Ok(ring),
+                        });
                         Ok(())
                     }
                     Err(e) => Err(UringError::unavailable(e)),
@@ -107,10 +194,11 @@ impl RingWait {
     /// Wait on this thread's ring until the absolute `CLOCK_MONOTONIC`
     /// deadline `target_ns`. `Err(())` if the thread has no ring.
     fn ring_wait(&self, target_ns: u64) -> Result<(), ()> {
+        let setup = self.cfg.setup();
         RING.with(|cell| {
             let mut cell = cell.borrow_mut();
-            if cell.is_none() {
-                *cell = Some(Ring::new((self.sys)(), &setup()).map_err(|e| {
+            if cell.as_ref().is_none_or(|t| t.setup != setup) {
+                let ring = Ring::new((self.sys)(), &setup).map_err(|e| {
                     let why = UringError::unavailable(e);
                     let msg = match std::error::Error::source(&why) {
                         Some(os) => format!("{why}: {os}"),
@@ -122,11 +210,26 @@ impl RingWait {
                             FALLBACK.get().map_or("", String::as_str)
                         );
                     }
-                }));
+                });
+                *cell = Some(ThreadRing { setup, ring });
             }
-            let Some(Ok(ring)) = cell.as_mut() else {
+            let Some(ThreadRing { ring: Ok(ring), .. }) = cell.as_mut() else {
                 return Err(());
             };
+            if self.cfg.enter_timeout && !NO_ENTER_TIMEOUT.get() {
+                loop {
+                    match ring.wait_until(target_ns) {
+                        Ok(()) => return Ok(()),
+                        Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+                        // Before 6.12: no IORING_ENTER_ABS_TIMER.
+                        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                            NO_ENTER_TIMEOUT.set(true);
+                            break;
+                        }
+                        Err(_) => return Err(()),
+                    }
+                }
+            }
             let id = ring.alloc(Vec::new(), ());
             if ring.push_post_wait(id, target_ns).is_err() {
                 let _ = ring.take(id);
@@ -160,19 +263,26 @@ impl WaitStrategy for RingWait {
         if deadline_ns <= now {
             return Ok(());
         }
-        let _parked = park_current_lease();
-        let mut now = now;
-        // A clock that still reads short of the deadline after the ring's
-        // timeout (its rate differs slightly from CLOCK_MONOTONIC's, e.g.
-        // RAW against NTP's slew) waits the rest on the ring as well: a
-        // nanosleep would add its timer slack. Only a ring failure falls
-        // back to sleeping on the clock.
-        while now < deadline_ns {
-            let target = monotonic_now_ns().saturating_add(deadline_ns - now);
-            if self.ring_wait(target).is_err() {
-                return clock.sleep_until(deadline_ns);
+        let advance = u64::try_from(self.cfg.advance.as_nanos()).unwrap_or(u64::MAX);
+        {
+            let _parked = park_current_lease();
+            let mut now = now;
+            // A clock that still reads short of the deadline after the
+            // ring's wait (its rate differs slightly from CLOCK_MONOTONIC's,
+            // e.g. RAW against NTP's slew) waits the rest on the ring as
+            // well: a nanosleep would add its timer slack. Only a ring
+            // failure falls back to sleeping on the clock.
+            while now.saturating_add(advance) < deadline_ns {
+                let target = monotonic_now_ns().saturating_add(deadline_ns - now - advance);
+                if self.ring_wait(target).is_err() {
+                    return clock.sleep_until(deadline_ns);
+                }
+                now = clock.now_ns();
             }
-            now = clock.now_ns();
+        }
+        // What is left of the advance, running (the lease is back).
+        while clock.now_ns() < deadline_ns {
+            std::hint::spin_loop();
         }
         Ok(())
     }

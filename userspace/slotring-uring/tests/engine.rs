@@ -499,3 +499,109 @@ fn throttle_trait_is_object_safe_for_chains() {
     let t: Arc<dyn Throttle> = Arc::new(Throttler::new(1).unwrap());
     assert!(!t.ignores_page_cache_reads());
 }
+
+/// A read charged as a miss waits its turn; if another reader brings its
+/// range into the page cache meanwhile, the re-probe at the end of the wait
+/// finds it there and gives the charge back to the disk throttler (not to
+/// its parent, which charges page-cache reads too); a range nobody warmed
+/// stays charged and is read from the disk.
+#[test]
+fn a_miss_found_cached_after_its_wait_is_refunded_to_the_disk() {
+    use std::os::unix::fs::FileExt;
+    const LEN: usize = 64 << 10;
+    let tf = disk_file(2 << 20, 51);
+    // No readahead: warming one range must not warm the other.
+    nix::fcntl::posix_fadvise(
+        tf.file.file(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM,
+    )
+    .unwrap();
+    make_cold(&tf.file, 2 << 20);
+    // 128 KiB/s, 1 ms of burst: the first miss waits ~0.5 s, the second ~1 s.
+    let disk = Arc::new(
+        Throttler::builder(128 << 10)
+            .burst(Duration::from_millis(1))
+            .limits_block_device_bandwidth(true)
+            .name("disk")
+            .build()
+            .unwrap(),
+    );
+    let chain: ThrottlePtr = disk.clone();
+    let mut e = UringEngine::new(&RingConfig::default()).unwrap();
+    let (warmed, cold) = (0u64, 1u64 << 20);
+    let a = e.submit_read(&tf.file, vec![0; LEN], warmed, Some(&chain), NO_CAP);
+    let b = e.submit_read(&tf.file, vec![0; LEN], cold, Some(&chain), NO_CAP);
+    // Both probes miss and both reads are charged before either waits out.
+    while disk.counters().amount < 2 * LEN as u64 {
+        e.submit_pending().unwrap();
+        std::thread::yield_now();
+    }
+    // Found missing by a probe or, the disk bucket being this small, by the
+    // guard's cachestat.
+    let c = e.counters();
+    assert_eq!(c.nowait_misses + c.cachestat_checks, 2, "{c:?}");
+    // Another reader brings the first range in while it waits.
+    let mut other = vec![0; LEN];
+    tf.file.file().read_at(&mut other, warmed).unwrap();
+    let ca = e.wait(a).unwrap();
+    let cb = e.wait(b).unwrap();
+    assert_eq!(ca.result.unwrap(), LEN);
+    assert_eq!(ca.buf, tf.data[..LEN]);
+    assert_eq!(cb.result.unwrap(), LEN);
+    assert_eq!(cb.buf, tf.data[1 << 20..(1 << 20) + LEN]);
+    let c = e.counters();
+    assert_eq!(c.page_cache_refund_bytes, LEN as u64, "{c:?}");
+    assert_eq!(c.page_cache_bytes, LEN as u64, "{c:?}");
+    let d = disk.counters();
+    // The count keeps both charges (a monotonic counter); the warmed read's
+    // went back to the bucket and is counted as page-cache bytes.
+    assert_eq!(d.amount, 2 * LEN as u64, "{d:?}");
+    assert_eq!(d.page_cache_amount, LEN as u64, "{d:?}");
+}
+
+/// A miss found by a `RWF_NOWAIT` probe is not re-probed after its wait: on
+/// this kernel the probe itself starts reading the range in, so by the end
+/// of the wait the pages may be there because of this very request, and a
+/// re-probe would refund the disk read it caused.
+#[test]
+fn a_probed_miss_is_not_refunded_for_its_own_read_in() {
+    const LEN: usize = 64 << 10;
+    let tf = disk_file(1 << 20, 52);
+    nix::fcntl::posix_fadvise(
+        tf.file.file(),
+        0,
+        0,
+        nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM,
+    )
+    .unwrap();
+    make_cold(&tf.file, 1 << 20);
+    // The disk bucket covers the read (no guard: the read is probed); the
+    // parent makes it wait ~0.5 s, long enough for the probe's read-in.
+    let parent: ThrottlePtr = Arc::new(
+        Throttler::builder(128 << 10)
+            .burst(Duration::from_millis(1))
+            .name("user")
+            .build()
+            .unwrap(),
+    );
+    let disk = Arc::new(
+        Throttler::builder(1 << 30)
+            .limits_block_device_bandwidth(true)
+            .parent(parent)
+            .name("disk")
+            .build()
+            .unwrap(),
+    );
+    let chain: ThrottlePtr = disk.clone();
+    let mut e = UringEngine::new(&RingConfig::default()).unwrap();
+    let (r, buf) = e.read_at(&tf.file, vec![0; LEN], 0, Some(&chain), NO_CAP);
+    assert_eq!(r.unwrap(), LEN);
+    assert_eq!(buf, tf.data[..LEN]);
+    let c = e.counters();
+    assert_eq!(c.nowait_misses, 1, "{c:?}");
+    assert!(c.wait_us >= 400_000, "the parent made it wait: {c:?}");
+    assert_eq!(c.page_cache_refund_bytes, 0, "{c:?}");
+    assert_eq!(disk.counters().amount, LEN as u64);
+}

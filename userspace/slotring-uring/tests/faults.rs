@@ -11,7 +11,8 @@ use std::time::Duration;
 use common::*;
 use slotring_throttle::{ThrottlePtr, Throttler};
 use slotring_uring::{
-    IoEngine, Policy, PreadEngine, RingConfig, UringEngine, UringError, open_engine_with,
+    IoEngine, Policy, PreadEngine, RingConfig, UringEngine, UringError, WARM_UP_USER_DATA,
+    open_engine_with,
 };
 
 fn engine(plan: &Arc<Mutex<Plan>>, cfg: &RingConfig) -> UringEngine {
@@ -74,8 +75,9 @@ fn sq_full_submits_and_retries() {
 fn enter_ebusy_eagain_eintr_are_back_pressure_not_errors() {
     let tf = disk_file(256 << 10, 23);
     let plan = fault_plan();
-    plan.lock().unwrap().enter_errors = vec![libc::EBUSY, libc::EINTR, libc::EAGAIN];
     let mut e = engine(&plan, &RingConfig::default());
+    // After the ring's warm-up NOP: these hit the read's enters.
+    plan.lock().unwrap().enter_errors = vec![libc::EBUSY, libc::EINTR, libc::EAGAIN];
     read_ok(&mut e, &tf, 0, 64 << 10, None);
     assert_eq!(
         e.counters().resubmits,
@@ -88,8 +90,8 @@ fn enter_ebusy_eagain_eintr_are_back_pressure_not_errors() {
 fn enter_fatal_error_is_reported_with_its_cause() {
     let tf = disk_file(64 << 10, 24);
     let plan = fault_plan();
-    plan.lock().unwrap().enter_errors = vec![libc::EBADF];
     let mut e = engine(&plan, &RingConfig::default());
+    plan.lock().unwrap().enter_errors = vec![libc::EBADF];
     let (r, _) = e.read_at(&tf.file, vec![0; 4096], 0, None, NO_CAP);
     let err = r.unwrap_err();
     assert!(
@@ -578,4 +580,45 @@ fn dropping_the_engine_cancels_a_queued_write_still_behind_its_wait() {
     let mut back = vec![0u8; 64 << 10];
     std::os::unix::fs::FileExt::read_exact_at(tf.file.file(), &mut back, 0).unwrap();
     assert_eq!(back, tf.data, "the delayed write was cancelled, not issued");
+}
+
+#[test]
+fn a_new_ring_submits_its_warm_up_nop_before_any_request() {
+    // The thread's one-time io_uring set-up happens at creation: one enter
+    // that submits and waits for one NOP, whose CQE comes back at once.
+    let plan = fault_plan();
+    let tf = disk_file(64 << 10, 41);
+    let mut e = engine(&plan, &RingConfig::default());
+    {
+        let p = plan.lock().unwrap();
+        assert_eq!(p.log, ["io_uring_setup", "io_uring_enter"], "{:?}", p.log);
+        assert_eq!(p.enters, [(1, 1)], "submit 1, wait for 1");
+        assert_eq!(p.completions, [(WARM_UP_USER_DATA, 0)]);
+    }
+    // The NOP advanced no request and touched no counter.
+    assert_eq!(e.counters(), Default::default());
+    assert_eq!(e.in_flight(), 0);
+    read_ok(&mut e, &tf, 0, 4096, None);
+}
+
+#[test]
+fn a_failed_warm_up_enter_loses_nothing() {
+    // The warm-up is best effort: its NOP rides the first request's enter,
+    // and its CQE is dropped without touching any request.
+    let plan = fault_plan();
+    let tf = disk_file(64 << 10, 42);
+    plan.lock().unwrap().enter_errors = vec![libc::EINTR];
+    let mut e = engine(&plan, &RingConfig::default());
+    assert!(plan.lock().unwrap().completions.is_empty());
+    read_ok(&mut e, &tf, 0, 4096, None);
+    let p = plan.lock().unwrap();
+    // The injected EINTR never reached the kernel: the first real enter
+    // submits the NOP with the read.
+    assert_eq!(p.enters.first().map(|e| e.0), Some(2), "{:?}", p.enters);
+    assert!(
+        p.completions.contains(&(WARM_UP_USER_DATA, 0)),
+        "{:?}",
+        p.completions
+    );
+    assert_eq!(e.counters().reads, 1);
 }

@@ -288,3 +288,58 @@ fn both_front_ends_serve_the_async_io_trait() {
     assert_eq!(shared, tf.data);
     assert_eq!(local, tf.data);
 }
+
+/// On the async front end a read the guard routed by `cachestat` waits on a
+/// standalone timeout; at its expiry, before any read of its own, pages of
+/// its range in the page cache (here: 4 of 16, injected through the seam, as
+/// another reader's read-in still in flight would show) are refunded to the
+/// disk throttler, and the read goes on plainly.
+#[test]
+fn pages_another_reader_brought_in_during_the_wait_are_refunded() {
+    const LEN: u64 = 64 << 10;
+    let tf = disk_file(LEN as usize, 53);
+    tf.file.evict().unwrap();
+    let plan = fault_plan();
+    let p = plan.clone();
+    rt().block_on(async {
+        let (e, why) = SharedEngine::open_with(
+            &cfg(Reaper::Reactor, 1),
+            Arc::new(move || -> Box<dyn slotring_uring::Syscalls> {
+                Box::new(FaultSys(p.clone()))
+            }),
+        )
+        .unwrap();
+        assert!(why.is_none());
+        // 1 MiB/s, 1 ms of burst: the guard routes the read, which waits.
+        let disk = Arc::new(
+            Throttler::builder(1 << 20)
+                .burst(Duration::from_millis(1))
+                .limits_block_device_bandwidth(true)
+                .build()
+                .unwrap(),
+        );
+        let chain: ThrottlePtr = disk.clone();
+        // The guard's own cachestat sees the real (empty) cache; the one at
+        // the wait's expiry sees 4 pages.
+        let (r, buf) = {
+            let fut = e.read_at(&tf.file, vec![0; LEN as usize], 0, Some(&chain), NO_CAP);
+            let p = plan.clone();
+            let arm = async move {
+                while !p.lock().unwrap().log.contains(&"cachestat") {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                p.lock().unwrap().cachestat_pages = Some(4);
+            };
+            let (out, ()) = tokio::join!(fut, arm);
+            out
+        };
+        assert_eq!(r.unwrap(), LEN as usize);
+        assert_eq!(buf, tf.data);
+        let c = e.counters();
+        assert_eq!(c.cachestat_checks, 2, "{c:?}");
+        assert_eq!(c.page_cache_refund_bytes, 4 * 4096, "{c:?}");
+        let d = disk.counters();
+        assert_eq!(d.amount, LEN, "the count keeps the charge: {d:?}");
+        assert_eq!(d.page_cache_amount, 4 * 4096, "{d:?}");
+    });
+}

@@ -13,7 +13,7 @@ use slotring_throttle::{
     LeaseHook, MonotonicClock, Throttle, Throttler, UNLIMITED_BLOCK, WaitStrategy,
     install_lease_hook,
 };
-use slotring_uring::{RingWait, Syscalls};
+use slotring_uring::{RingWait, RingWaitConfig, Syscalls};
 
 /// Counts parks of a pretend lease held by every thread.
 struct Parks(AtomicU64);
@@ -31,11 +31,32 @@ fn seam(plan: &Arc<std::sync::Mutex<Plan>>) -> Arc<dyn Fn() -> Box<dyn Syscalls>
     Arc::new(move || -> Box<dyn Syscalls> { Box::new(FaultSys(p.clone())) })
 }
 
+fn count(plan: &Arc<std::sync::Mutex<Plan>>, call: &str) -> usize {
+    plan.lock()
+        .unwrap()
+        .log
+        .iter()
+        .filter(|&&c| c == call)
+        .count()
+}
+
 #[test]
 fn ring_waits_reach_the_deadline_on_the_ring_with_the_lease_parked() {
+    for (cfg, call) in [
+        (RingWaitConfig::DEFAULT, "io_uring_wait_until"),
+        (RingWaitConfig::TIMEOUT_SQE, "io_uring_enter"),
+    ] {
+        // Each configuration on a thread of its own (a thread has one ring).
+        std::thread::spawn(move || waits_reach_the_deadline(cfg, call))
+            .join()
+            .unwrap();
+    }
+}
+
+fn waits_reach_the_deadline(cfg: RingWaitConfig, call: &str) {
     install_lease_hook(&PARKS);
     let plan = fault_plan();
-    let w = RingWait::with_syscalls(seam(&plan)).unwrap();
+    let w = RingWait::with_syscalls(seam(&plan), cfg).unwrap();
     let clock = MonotonicClock::shared();
     let parks = PARKS.0.load(Ordering::SeqCst);
     for _ in 0..20 {
@@ -47,14 +68,11 @@ fn ring_waits_reach_the_deadline_on_the_ring_with_the_lease_parked() {
         PARKS.0.load(Ordering::SeqCst) - parks >= 20,
         "the lease was parked for every wait"
     );
-    let enters = plan
-        .lock()
-        .unwrap()
-        .log
-        .iter()
-        .filter(|&&c| c == "io_uring_enter")
-        .count();
-    assert!(enters >= 20, "every wait entered the ring: {enters}");
+    let enters = count(&plan, call);
+    assert!(
+        enters >= 20,
+        "every wait entered the ring ({call}): {enters}"
+    );
     // A deadline already past returns at once, without the ring.
     w.wait_until(clock.as_ref(), clock.now_ns() - 1).unwrap();
 }
@@ -80,13 +98,13 @@ fn a_throttler_with_the_ring_wait_waits_its_deficit() {
 fn without_io_uring_the_wait_falls_back_to_nanosleep_and_says_why() {
     let plan = fault_plan();
     plan.lock().unwrap().setup_errno = Some(libc::EPERM);
-    let err = RingWait::with_syscalls(seam(&plan)).unwrap_err();
+    let err = RingWait::with_syscalls(seam(&plan), RingWaitConfig::DEFAULT).unwrap_err();
     assert!(err.to_string().contains("unavailable"), "{err}");
     // Made where a ring could be set up; then io_uring goes away. A thread
     // that waits for the first time now cannot make its ring: it waits on
     // clock_nanosleep, still to the deadline, and the reason is recorded.
     plan.lock().unwrap().setup_errno = None;
-    let w = RingWait::with_syscalls(seam(&plan)).unwrap();
+    let w = RingWait::with_syscalls(seam(&plan), RingWaitConfig::DEFAULT).unwrap();
     plan.lock().unwrap().setup_errno = Some(libc::EPERM);
     let enters_before = plan
         .lock()
@@ -113,4 +131,26 @@ fn without_io_uring_the_wait_falls_back_to_nanosleep_and_says_why() {
     );
     let why = RingWait::fallback_reason().expect("the reason is recorded");
     assert!(why.contains("io_uring"), "{why}");
+}
+
+#[test]
+fn a_kernel_without_absolute_enter_timeouts_waits_on_the_timeout_sqe() {
+    std::thread::spawn(|| {
+        let plan = fault_plan();
+        let w = RingWait::with_syscalls(seam(&plan), RingWaitConfig::DEFAULT).unwrap();
+        // What a kernel before 6.12 answers to IORING_ENTER_ABS_TIMER.
+        plan.lock().unwrap().wait_until_errors = vec![libc::EINVAL];
+        let clock = MonotonicClock::shared();
+        let enters = count(&plan, "io_uring_enter");
+        for _ in 0..5 {
+            let deadline = clock.now_ns() + 300_000;
+            w.wait_until(clock.as_ref(), deadline).unwrap();
+            assert!(clock.now_ns() >= deadline, "woke before the deadline");
+        }
+        // Asked once, then every wait on this thread is a timeout SQE.
+        assert_eq!(count(&plan, "io_uring_wait_until"), 1);
+        assert!(count(&plan, "io_uring_enter") - enters >= 5);
+    })
+    .join()
+    .unwrap();
 }

@@ -13,8 +13,8 @@
 //!   stats in pinned BPF maps).
 //! * [`snapshot`] (with `slots` and `uring`): plain snapshots of every
 //!   counter, what metrics and reports are built from.
-//! * [`install_defaults`] (with `uring`): throttle waits on an io_uring
-//!   timeout SQE where io_uring is available.
+//! * [`install_defaults`] (with `uring`): throttle waits on a per-thread
+//!   io_uring ring where io_uring is available.
 //! * [`pinned`] (with `bpf`): read the pinned maps of any process that
 //!   embeds slotring with probes.
 //! * [`metrics`] (feature `prometheus`, off by default): Prometheus families
@@ -84,9 +84,11 @@ pub mod metrics;
 /// Install slotring's process-wide defaults; call once at start-up, before
 /// building throttlers. Throttle waits that do not go through an engine (a
 /// plain [`throttle::Throttle::throttle`], e.g. on network bytes) then wait
-/// on a per-thread io_uring timeout SQE ([`uring::RingWait`]) with the CPU
-/// lease parked, instead of `clock_nanosleep`: the ring's wake-up overshoots
-/// less (`cargo xtask bench throttle`, `wait_overshoot_us_p50_ring`).
+/// on a per-thread io_uring ring ([`uring::RingWait`]: `io_uring_enter`'s
+/// absolute timeout, woken 20 µs early and the rest spun) with the CPU lease
+/// parked, instead of `clock_nanosleep`: the ring's wake-up has no timer
+/// slack and overshoots less (`cargo xtask bench throttle`,
+/// `wait_overshoot_us_p50_ring`; every variant in `cargo xtask bench wait`).
 ///
 /// Returns why not, where io_uring is unavailable (the waits keep
 /// `clock_nanosleep`; say it once). Installing twice changes nothing.

@@ -146,6 +146,12 @@ pub struct Plan {
     pub wait_results: Vec<i32>,
     /// Errors to return from the next `io_uring_enter` calls, in order.
     pub enter_errors: Vec<i32>,
+    /// Errors to return from the next timed waits (`io_uring_wait_until`).
+    pub wait_until_errors: Vec<i32>,
+    /// Report this many pages cached from every `cachestat(2)` (e.g.
+    /// another reader's pages still being read in).
+    pub cachestat_pages: Option<u64>,
+
     /// Report a full SQ this many times.
     pub sq_full: u32,
     /// Fail io_uring_setup with this errno.
@@ -161,6 +167,11 @@ pub struct Plan {
     pub sync_errors: Vec<i32>,
     /// Log of every call made, by name.
     pub log: Vec<&'static str>,
+    /// `(to_submit, min_complete)` of every `io_uring_enter` that reached
+    /// the kernel.
+    pub enters: Vec<(u32, u32)>,
+    /// `(user_data, res)` of every completion reaped, as the kernel gave it.
+    pub completions: Vec<(u64, i32)>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -189,11 +200,41 @@ impl Syscalls for FaultSys {
                 let e = plan.enter_errors.remove(0);
                 return Err(std::io::Error::from_raw_os_error(e));
             }
+            plan.enters.push((s, m));
         }
         RealSyscalls.io_uring_enter(ring, s, m, f)
     }
+    fn io_uring_wait_until(&mut self, ring: &IoUring, deadline_ns: u64) -> std::io::Result<usize> {
+        {
+            let mut plan = self.0.lock().unwrap();
+            plan.log.push("io_uring_wait_until");
+            if !plan.wait_until_errors.is_empty() {
+                let e = plan.wait_until_errors.remove(0);
+                return Err(std::io::Error::from_raw_os_error(e));
+            }
+        }
+        RealSyscalls.io_uring_wait_until(ring, deadline_ns)
+    }
+    fn cachestat(
+        &mut self,
+        fd: i32,
+        off: u64,
+        len: u64,
+    ) -> std::io::Result<slotring_uring::CacheStat> {
+        let pages = {
+            let mut plan = self.0.lock().unwrap();
+            plan.log.push("cachestat");
+            plan.cachestat_pages
+        };
+        let mut st = RealSyscalls.cachestat(fd, off, len)?;
+        if let Some(p) = pages {
+            st.nr_cache = p;
+        }
+        Ok(st)
+    }
     fn completion(&mut self, user_data: u64, res: &mut i32) {
         let mut plan = self.0.lock().unwrap();
+        plan.completions.push((user_data, *res));
         if user_data & 7 == 1 && !plan.wait_results.is_empty() {
             *res = -plan.wait_results.remove(0);
         }
@@ -269,15 +310,6 @@ impl Syscalls for FaultSys {
             }
         }
         RealSyscalls.sync_file_range(fd, off, len, complete)
-    }
-    fn cachestat(
-        &mut self,
-        fd: i32,
-        off: u64,
-        len: u64,
-    ) -> std::io::Result<slotring_uring::CacheStat> {
-        self.0.lock().unwrap().log.push("cachestat");
-        RealSyscalls.cachestat(fd, off, len)
     }
 }
 
