@@ -507,8 +507,8 @@ fn main() {
     let mut ours = Vec::new();
     let mut pagecache = Vec::new();
     for writers in [1, 8] {
-        ours.push(run(&dir, &dev_stat, &host_stat, true, writers, idle_cpu));
-        pagecache.push(run(&dir, &dev_stat, &host_stat, false, writers, idle_cpu));
+        ours.push(run(&dir, &dev_stat, &host_stat, true, writers));
+        pagecache.push(run(&dir, &dev_stat, &host_stat, false, writers));
     }
     let worst = |rs: &[Run], f: fn(&Run) -> f64| rs.iter().map(f).fold(f64::MIN, f64::max);
     let least = |rs: &[Run], f: fn(&Run) -> f64| rs.iter().map(f).fold(f64::MAX, f64::min);
