@@ -43,6 +43,28 @@ fn cpu_s() -> f64 {
     t(u.user_time()) + t(u.system_time())
 }
 
+/// The whole machine's busy CPU seconds so far (`/proc/stat`: user, nice,
+/// system, irq, softirq; not idle, iowait or steal): what the kernel's
+/// flusher threads spend on writeback is counted here, and not in
+/// [`cpu_s`].
+fn machine_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let busy: u64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| ticks.get(i)).sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    busy as f64 / hz
+}
+
 fn sectors_written(stat: &Path) -> u64 {
     std::fs::read_to_string(stat)
         .ok()
@@ -199,6 +221,7 @@ struct Run {
     throughput_ratio: f64,
     dirty_mb_max: f64,
     cpu_s_per_gb: f64,
+    machine_cpu_s_per_gb: f64,
     drain_s: f64,
 }
 
@@ -218,6 +241,9 @@ fn peak(windows: &[Window], pick: fn(&Window) -> u64) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// One run. Its machine CPU includes the neighbours' (printed beforehand as
+/// the machine's busy rate while nothing of ours runs): compare it on a
+/// quiet machine.
 fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run {
     let limit: ThrottlePtr = Arc::new(
         Throttler::builder(LIMIT)
@@ -252,6 +278,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     let stop = Arc::new(AtomicBool::new(false));
     let s = sampler(dev.to_path_buf(), host.to_path_buf(), shared, stop.clone());
     let cpu0 = cpu_s();
+    let machine0 = machine_cpu_s();
     let t0 = Instant::now();
     let handles: Vec<_> = files
         .iter()
@@ -291,6 +318,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     }
     std::thread::sleep(WINDOW);
     let drained_s = t0.elapsed().as_secs_f64();
+    let machine = machine_cpu_s() - machine0;
     stop.store(true, Ordering::Relaxed);
     let windows = s.join().unwrap();
     if std::env::var_os("SLOTRING_WRITE_DEBUG").is_some() {
@@ -318,12 +346,14 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         throughput_ratio: TOTAL as f64 / write_s / LIMIT as f64,
         dirty_mb_max: windows.iter().map(|w| w.dirty).max().unwrap_or(0) as f64 / MIB as f64,
         cpu_s_per_gb: cpu / (TOTAL as f64 / GIB as f64),
+        machine_cpu_s_per_gb: machine / (TOTAL as f64 / GIB as f64),
         drain_s: drained_s - write_s,
     };
     eprintln!(
         "  {:<10} {writers} writer(s): peak {:.2}x (disk incl. neighbours {:.2}x), \
          rate error {:.2} %, throughput {:.3}, dirty max {:.1} MiB (engine high-water \
-         {:.2} MiB), {:.3} CPU s/GiB, written in {:.1} s, on the device {:.1} s later",
+         {:.2} MiB), {:.3} CPU s/GiB (machine, until on the device: {:.3}), written in {:.1} s, \
+         on the device {:.1} s later",
         if paced { "paced" } else { "pagecache" },
         r.peak_ratio,
         r.host_peak_ratio,
@@ -332,6 +362,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         r.dirty_mb_max,
         high_water as f64 / MIB as f64,
         r.cpu_s_per_gb,
+        r.machine_cpu_s_per_gb,
         write_s,
         r.drain_s
     );
@@ -438,6 +469,7 @@ fn main() {
         run_cmd("uptime", &[]).unwrap_or_default()
     );
     // The neighbours' share: the host disk while we write nothing, 3 s.
+    let machine0 = machine_cpu_s();
     let noise = {
         let mut prev = sectors_written(&host_stat);
         let mut peak = 0u64;
@@ -449,6 +481,8 @@ fn main() {
         }
         peak as f64 / (LIMIT as f64 * WINDOW.as_secs_f64())
     };
+    let idle_cpu = (machine_cpu_s() - machine0) / 3.0;
+    eprintln!("machine busy while we run nothing (the neighbours'): {idle_cpu:.3} CPU s/s");
     let t0 = Instant::now();
     // SLOTRING_WRITE_QUICK: only the paced runs (a debugging aid; the
     // report then lacks the baselines and is not written).
@@ -517,6 +551,16 @@ fn main() {
         "write_cpu_s_per_gb_pagecache",
         worst(&pagecache, |r| r.cpu_s_per_gb),
         "same, pacing off (the kernel flusher's CPU is not the process's)",
+    );
+    report.put(
+        "write_machine_cpu_s_per_gb",
+        worst(&ours, |r| r.machine_cpu_s_per_gb),
+        "the machine's busy CPU s per GiB (/proc/stat, neighbours included), run start until every byte is on the device, paced",
+    );
+    report.put(
+        "write_machine_cpu_s_per_gb_pagecache",
+        worst(&pagecache, |r| r.machine_cpu_s_per_gb),
+        "same, pacing off (here the kernel flusher's writeback CPU is counted)",
     );
     report.put(
         "write_noise_peak_ratio",
