@@ -29,12 +29,13 @@ slotring_counters::counter_set! {
         counter cq_overflows: "Enters that found the completion queue overflowed (nothing lost).",
         /// Each followed at once by its writeback, completed by the device.
         counter paced_bytes: "Bytes written by paced writes.",
-        /// Writeback `sync_file_range` SQEs or calls that succeeded.
-        counter writeback_submissions: "Writebacks started for paced writes.",
+        /// Writeback `sync_file_range` SQEs or calls that succeeded (one per
+        /// piece; the device has completed it by the request's end).
+        counter writeback_submissions: "Writebacks of paced writes the kernel accepted.",
         /// The pages stay with the kernel's flush; a write error reaches `fsync`.
         counter writeback_errors: "Writebacks of paced writes the kernel refused.",
         /// Per engine (a sum over engines bounds the total from above).
-        gauge dirty_high_water_bytes: "High-water mark of paced bytes in the page cache whose writeback was not started yet.",
+        gauge dirty_high_water_bytes: "High-water mark of paced bytes written and not yet completed by the device.",
         /// Also counted in `page_cache_bytes`.
         counter page_cache_refund_bytes: "Bytes charged as a miss but found in the page cache when their throttle wait ended, given back to the disk throttler.",
     }
