@@ -102,9 +102,11 @@ struct LoopDisk {
 
 impl LoopDisk {
     fn new(host: &Path) -> Result<Self, String> {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let pid = std::process::id();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let mut d = LoopDisk {
-            image: host.join(format!("slotring-write-bench-{pid}.img")),
+            image: host.join(format!("slotring-write-bench-{pid}-{n}.img")),
             dev: None,
             dir: None,
         };
@@ -124,7 +126,7 @@ impl LoopDisk {
             "losetup",
             &["--direct-io=on", "--find", "--show", &img],
         )?);
-        let dir = host.join(format!("slotring-write-bench-{pid}.mnt"));
+        let dir = host.join(format!("slotring-write-bench-{pid}-{n}.mnt"));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         d.dir = Some(dir.clone());
         run_cmd(
@@ -442,12 +444,13 @@ fn host_dir() -> PathBuf {
     std::env::current_dir().expect("cwd")
 }
 
-fn main() {
-    let mut report = Report::new("write");
-    let host = host_dir();
-    let host_stat = stat_of(&host);
+/// A fresh filesystem to measure on: a new loop-device image as root (none
+/// of an earlier run's freed blocks, journal or writeback left behind), else
+/// the host directory. Returns the disk (kept alive by the caller), the
+/// directory to write in and the device's stat file.
+fn fresh_disk(host: &Path) -> (Option<LoopDisk>, PathBuf, PathBuf) {
     let loop_disk = if nix::unistd::geteuid().is_root() {
-        match LoopDisk::new(&host) {
+        match LoopDisk::new(host) {
             Ok(d) => Some(d),
             Err(e) => {
                 eprintln!("no loop device ({e}); measuring the disk itself");
@@ -460,8 +463,25 @@ fn main() {
     };
     let dir = loop_disk
         .as_ref()
-        .map_or(host.clone(), |d| d.dir().to_path_buf());
+        .map_or(host.to_path_buf(), |d| d.dir().to_path_buf());
     let dev_stat = stat_of(&dir);
+    (loop_disk, dir, dev_stat)
+}
+
+/// One [`run`] on a fresh filesystem: the runs are compared with one
+/// another (CPU above all), so none inherits another's state.
+fn fresh_run(host: &Path, host_stat: &Path, paced: bool, writers: usize) -> Run {
+    let (disk, dir, dev_stat) = fresh_disk(host);
+    let r = run(&dir, &dev_stat, host_stat, paced, writers);
+    drop(disk);
+    r
+}
+
+fn main() {
+    let mut report = Report::new("write");
+    let host = host_dir();
+    let host_stat = stat_of(&host);
+    let (loop_disk, dir, dev_stat) = fresh_disk(&host);
     eprintln!(
         "device {} (host disk {}); uptime: {}",
         dev_stat.display(),
@@ -489,7 +509,7 @@ fn main() {
     let quick = std::env::var_os("SLOTRING_WRITE_QUICK").is_some();
     if quick {
         for writers in [1, 8] {
-            run(&dir, &dev_stat, &host_stat, true, writers);
+            fresh_run(&host, &host_stat, true, writers);
         }
         return;
     }
@@ -503,12 +523,15 @@ fn main() {
             eprintln!("  fio {name}: {e}");
         }
     }
-    eprintln!("ours and the charge-at-page-cache behaviour (1 GiB each):");
+    drop(loop_disk);
+    eprintln!(
+        "ours and the charge-at-page-cache behaviour (1 GiB each, each on a fresh filesystem):"
+    );
     let mut ours = Vec::new();
     let mut pagecache = Vec::new();
     for writers in [1, 8] {
-        ours.push(run(&dir, &dev_stat, &host_stat, true, writers));
-        pagecache.push(run(&dir, &dev_stat, &host_stat, false, writers));
+        ours.push(fresh_run(&host, &host_stat, true, writers));
+        pagecache.push(fresh_run(&host, &host_stat, false, writers));
     }
     let worst = |rs: &[Run], f: fn(&Run) -> f64| rs.iter().map(f).fold(f64::MIN, f64::max);
     let least = |rs: &[Run], f: fn(&Run) -> f64| rs.iter().map(f).fold(f64::MAX, f64::min);
@@ -568,6 +591,5 @@ fn main() {
         "host disk peak 100 ms write rate / limit while we write nothing: the neighbours' share",
     );
     eprintln!("write suite took {:.1} s", t0.elapsed().as_secs_f64());
-    drop(loop_disk);
     report.finish().expect("write the report");
 }
