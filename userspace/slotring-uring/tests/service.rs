@@ -154,14 +154,22 @@ fn get(addr: SocketAddr, path: &str, range: Option<&str>) -> (u16, Vec<u8>) {
     (status, resp[split + 4..].to_vec())
 }
 
-fn check(r: &std::collections::HashMap<String, u64>) {
+/// Every response of a wrk run was right: bytes, lengths, statuses, no
+/// socket errors (each run).
+fn check_integrity(r: &std::collections::HashMap<String, u64>) {
     assert_eq!(r["bad"], 0, "wrong bytes or lengths: {r:?}");
     assert_eq!(r["other"], 0, "unexpected statuses: {r:?}");
+    let errors = r["connect"] + r["read"] + r["write"] + r["timeout"];
+    assert_eq!(errors, 0, "socket errors: {r:?}");
+}
+
+/// [`check_integrity`], and the run (or the sum of runs) covered every
+/// kind of answer.
+fn check(r: &std::collections::HashMap<String, u64>) {
+    check_integrity(r);
     assert!(r["ok"] > 20 && r["s200"] > 0 && r["s206"] > 0, "{r:?}");
     assert!(r["s404"] > 0 && r["s416"] > 0, "{r:?}");
     assert!(r["checked"] > 1000, "{r:?}");
-    let errors = r["connect"] + r["read"] + r["write"] + r["timeout"];
-    assert_eq!(errors, 0, "socket errors: {r:?}");
 }
 
 #[test]
@@ -212,14 +220,29 @@ fn the_object_server_serves_wrk_with_right_bytes_and_statuses() {
             }
         })
     };
-    let r = wrk(addr, 32, 2);
+    // How many completions arrive at once depends on the machine's timing
+    // (the throttle spaces the reads out), so the load is repeated, each
+    // round's answers checked, until the ring has filled at least once (at
+    // least two rounds, so that the sum covers every kind of answer).
+    let mut total = std::collections::HashMap::<String, u64>::new();
+    let mut s = stats(addr);
+    for round in 0..6 {
+        let r = wrk(addr, 32, 2);
+        check_integrity(&r);
+        for (k, v) in r {
+            *total.entry(k).or_default() += v;
+        }
+        s = stats(addr);
+        if round >= 1 && s["sq_full"] + s["cq_overflows"] > 0 {
+            break;
+        }
+    }
     stop.store(true, Ordering::Relaxed);
     evictor.join().unwrap();
-    check(&r);
-    let s = stats(addr);
+    check(&total);
     assert!(
         s["sq_full"] + s["cq_overflows"] > 0,
-        "the small ring filled: {s:?}"
+        "the small ring filled in 6 rounds: {s:?}"
     );
     assert!(s["page_cache_bytes"] > 0 && s["disk_charged"] > 0, "{s:?}");
 }
