@@ -65,6 +65,14 @@ fn machine_cpu_s() -> f64 {
     busy as f64 / hz
 }
 
+/// Write requests completed (field 5 of `/sys/block/<dev>/stat`).
+fn writes_completed(stat: &Path) -> u64 {
+    std::fs::read_to_string(stat)
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(4).and_then(|v| v.parse().ok()))
+        .unwrap_or(0)
+}
+
 fn sectors_written(stat: &Path) -> u64 {
     std::fs::read_to_string(stat)
         .ok()
@@ -159,6 +167,10 @@ impl Drop for LoopDisk {
 struct Window {
     /// Bytes the measured device wrote.
     dev: u64,
+    /// Write requests the measured device completed (their mean size tells
+    /// 256 KiB pieces from the filesystem's small journal and metadata
+    /// writes in `SLOTRING_WRITE_DEBUG`).
+    dev_ios: u64,
     /// Bytes the host disk wrote (the same as `dev` without a loop device).
     host: u64,
     /// Dirty + writeback bytes of the run's files (cachestat).
@@ -189,6 +201,7 @@ fn sampler(
     std::thread::spawn(move || {
         let mut out = Vec::new();
         let mut prev = (sectors_written(&dev), sectors_written(&host));
+        let mut prev_ios = writes_completed(&dev);
         let start = Instant::now();
         let mut last = start;
         let mut k = 1;
@@ -196,15 +209,18 @@ fn sampler(
             let next = start + WINDOW * k;
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
             let now = (sectors_written(&dev), sectors_written(&host));
+            let ios = writes_completed(&dev);
             let at = Instant::now();
             let dirty = dirty_bytes(&files.lock().unwrap());
             out.push(Window {
                 dev: now.0 - prev.0,
+                dev_ios: ios - prev_ios,
                 host: now.1 - prev.1,
                 dirty,
                 secs: (at - last).as_secs_f64(),
             });
             prev = now;
+            prev_ios = ios;
             last = at;
             // A late wake-up starts the next window from now, not in a
             // catch-up burst of short windows.
@@ -324,11 +340,13 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     stop.store(true, Ordering::Relaxed);
     let windows = s.join().unwrap();
     if std::env::var_os("SLOTRING_WRITE_DEBUG").is_some() {
-        let mib: Vec<(f64, u32)> = windows
+        // (MiB, write requests, ms) per window.
+        let mib: Vec<(f64, u64, u32)> = windows
             .iter()
             .map(|w| {
                 (
                     (w.dev as f64 / MIB as f64 * 10.0).round() / 10.0,
+                    w.dev_ios,
                     (w.secs * 1000.0) as u32,
                 )
             })
