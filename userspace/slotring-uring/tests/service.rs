@@ -72,6 +72,25 @@ fn evict(dir: &Path) {
 
 /// Start the example's server on its own runtime; returns its address and
 /// a handle to its shared state.
+/// The objects in a fresh directory on the disk, served by the slotring
+/// variant (2 workers) at `rate` bytes/s with rings of `ring_entries`.
+fn serve_objects(rate: u64, ring_entries: u32) -> (tempfile::TempDir, SocketAddr, Arc<Server>) {
+    let dir = tempfile::Builder::new()
+        .prefix("slotring-objects-")
+        .tempdir_in(common::disk_dir())
+        .unwrap();
+    make_objects(dir.path());
+    let (addr, server) = start(Config {
+        dir: dir.path().into(),
+        variant: Variant::Slotring,
+        rate,
+        listen: "127.0.0.1:0".parse().unwrap(),
+        workers: 2,
+        ring_entries,
+    });
+    (dir, addr, server)
+}
+
 fn start(cfg: Config) -> (SocketAddr, Arc<Server>) {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -177,23 +196,11 @@ fn the_object_server_serves_wrk_with_right_bytes_and_statuses() {
     if !wrk_available() {
         return;
     }
-    let dir = tempfile::Builder::new()
-        .prefix("slotring-objects-")
-        .tempdir_in(common::disk_dir())
-        .unwrap();
-    make_objects(dir.path());
     // A ring of two SQ entries (four CQ entries) under 32 connections on a
     // throttled, cold disk: many more requests are in flight than the ring
     // has entries, its CQ overflows (the kernel keeps the completions,
     // NODROP) and nothing is lost.
-    let (addr, _server) = start(Config {
-        dir: dir.path().into(),
-        variant: Variant::Slotring,
-        rate: 8 << 20,
-        listen: "127.0.0.1:0".parse().unwrap(),
-        workers: 2,
-        ring_entries: 2,
-    });
+    let (dir, addr, _server) = serve_objects(8 << 20, 2);
     // Exact answers first.
     let (st, body) = get(addr, "/obj/3", Some("bytes=4090-4105"));
     assert_eq!(st, 206);
@@ -254,19 +261,7 @@ fn early_disconnects_cancel_reads_and_keep_buffers_intact() {
     if !wrk_available() {
         return;
     }
-    let dir = tempfile::Builder::new()
-        .prefix("slotring-objects-")
-        .tempdir_in(common::disk_dir())
-        .unwrap();
-    make_objects(dir.path());
-    let (addr, _server) = start(Config {
-        dir: dir.path().into(),
-        variant: Variant::Slotring,
-        rate: 64 << 20,
-        listen: "127.0.0.1:0".parse().unwrap(),
-        workers: 2,
-        ring_entries: 64,
-    });
+    let (dir, addr, _server) = serve_objects(64 << 20, 64);
     let stop = Arc::new(AtomicBool::new(false));
     let quitter = {
         let (stop, dir) = (stop.clone(), dir.path().to_path_buf());
