@@ -6,10 +6,12 @@
 //!   up to 2 × cores slots, one thread per slot, releasing every 10 ms and
 //!   checkpointing `should_yield` every unit of work) plus short queries (a
 //!   pool of 4 threads, one query each per 20 ms: 10 units of work on a
-//!   non-competing slot; latency from its scheduled start). Three rounds of
-//!   3 s each of the static budget, a static budget of the cores (context:
+//!   non-competing slot; latency from its scheduled start). Four rounds of
+//!   4 s each of the static budget, a static budget of the cores (context:
 //!   `cores_work_per_s_cpu`, the best any budget does without a loop) and
-//!   the adaptive one, interleaved so other work on the machine meets all
+//!   the adaptive one (and, as context for the design, the adaptive one
+//!   with the short queries outside its budget: `noroom_short_p99_ms_cpu`),
+//!   interleaved so other work on the machine meets all
 //!   three alike. The notes say how many CPUs the bench process got and
 //!   how many the machine left idle, and the budget's time at each level.
 //! * (b) `_hog`: the same, with `stress-ng --cpu 2×cores` started after 3 s
@@ -17,11 +19,19 @@
 //!   `adapt_settle_s` is the longer of the two settling times (after the
 //!   start, after the stop). Run twice: the hog in the workload's cgroup,
 //!   and in a sibling cgroup of its own (`…_own_cgroup`). Context keys
-//!   `floor_*_hog`: the physical floor without slotring (one plain thread
+//!   `noroom_short_p99_ms_hog` as in (a); `floor_*_hog`: the physical floor without slotring (one plain thread
 //!   beside the hog: its run-queue share; the short queries alone beside
 //!   it: their p99).
 //! * (c) `_io`: `slotring run` (the IO-bound default workload) with
 //!   `--adaptive-budget` and `--no-adaptive-budget`.
+//!
+//! `ADAPTIVE_BENCH_TRACE=1` prints a trace of every run of (a) and (b), one
+//! line per 100 ms window (budget, slots in use, waiting allocations,
+//! run-queue share of running leases, CPUs of the bench, idle CPUs of the
+//! machine, work, grants, yields), and splits each short query's latency
+//! into its wake-up (scheduled start until its thread ran), its on-CPU time
+//! and the wait after it woke. `ADAPTIVE_BENCH_ONLY=a` stops after (a)
+//! (no JSON).
 //!
 //! A unit of CPU work is a fixed loop (`UNIT_ITERS` iterations). Runs as
 //! root (probes, cgroups). The whole bench runs in a cpu cgroup of its own
@@ -51,8 +61,8 @@ const SHORT_UNITS: u64 = 10;
 const QUANTUM: Duration = Duration::from_millis(10);
 const WINDOW: Duration = Duration::from_millis(100);
 /// Workload (a): interleaved rounds of each mode, seconds per run.
-const A_ROUNDS: usize = 3;
-const A_SECS: f64 = 3.0;
+const A_ROUNDS: usize = 4;
+const A_SECS: f64 = 4.0;
 
 fn unit() {
     let mut x = 0x9e37_79b9_u64;
@@ -281,6 +291,7 @@ fn physical_floor(hog_n: usize, cg: &Path) -> (f64, f64) {
         stop: AtomicBool::new(false),
         units: AtomicU64::new(0),
         short: Mutex::new(Vec::new()),
+        short_parts: Mutex::new(Vec::new()),
     });
     let threads: Vec<_> = (0..SHORT_THREADS)
         .map(|i| {
@@ -375,6 +386,17 @@ struct Shared {
     stop: AtomicBool,
     units: AtomicU64,
     short: Mutex<Vec<(Instant, f64)>>,
+    /// Trace mode: per short query (on-CPU ms from waking to the end, ms
+    /// from the scheduled start until its thread ran, latency ms).
+    short_parts: Mutex<Vec<(f64, f64, f64)>>,
+}
+
+/// `ADAPTIVE_BENCH_TRACE=1`: print a per-window trace of every run of (a)
+/// and (b) (budget, slots in use, waiting allocations, run-queue share of
+/// running leases, CPUs of the bench and idle CPUs of the machine, work)
+/// and split each short query's latency into run-queue wait and on-CPU.
+fn tracing() -> bool {
+    std::env::var_os("ADAPTIVE_BENCH_TRACE").is_some_and(|v| v == "1")
 }
 
 fn scan_thread(sh: Arc<Shared>, alloc: Arc<slotring::slots::Allocation>, max: Arc<AtomicU64>) {
@@ -419,6 +441,8 @@ fn short_thread(sh: Arc<Shared>, cc: Option<ConcurrencyControl>, offset: Duratio
         }
         let start = next;
         next += SHORT_EVERY * SHORT_THREADS as u32;
+        // Trace mode: (when the thread ran after its sleep, its CPU time then).
+        let ss0 = tracing().then(|| (start.elapsed(), thread_cpu()));
         match &cc {
             Some(cc) => {
                 let Ok(alloc) = cc.allocate(1, 1) else { break };
@@ -437,6 +461,13 @@ fn short_thread(sh: Arc<Shared>, cc: Option<ConcurrencyControl>, offset: Duratio
             }
         }
         let ms = start.elapsed().as_secs_f64() * 1e3;
+        if let Some((woke, c0)) = ss0 {
+            let cpu = (thread_cpu() - c0).as_secs_f64() * 1e3;
+            sh.short_parts
+                .lock()
+                .unwrap()
+                .push((cpu, woke.as_secs_f64() * 1e3, ms));
+        }
         sh.short.lock().unwrap().push((Instant::now(), ms));
     }
 }
@@ -450,6 +481,11 @@ enum Mode {
     AtCores,
     /// The adaptive loop (ceiling 2 × cores).
     Adaptive,
+    /// Context for the design: the adaptive loop with the short queries'
+    /// slots taken from a control of their own, so that they take no room
+    /// from the effective budget (the rule before "room for non-competing
+    /// leases").
+    AdaptiveNoRoom,
 }
 
 /// Several phases as one (their sums; the short queries of all).
@@ -476,7 +512,7 @@ fn cpu_run(
 ) -> CpuRun {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let ceiling = 2 * cores as u64;
-    let adaptive = mode == Mode::Adaptive;
+    let adaptive = matches!(mode, Mode::Adaptive | Mode::AdaptiveNoRoom);
     let cc = ConcurrencyControl::new();
     cc.set_max_concurrency(ceiling);
     if mode == Mode::AtCores {
@@ -486,6 +522,7 @@ fn cpu_run(
         stop: AtomicBool::new(false),
         units: AtomicU64::new(0),
         short: Mutex::new(Vec::new()),
+        short_parts: Mutex::new(Vec::new()),
     });
     let mut threads = Vec::new();
     for _ in 0..SCANS {
@@ -496,8 +533,13 @@ fn cpu_run(
             threads.push(std::thread::spawn(move || scan_thread(sh, alloc, max)));
         }
     }
+    let short_cc = if mode == Mode::AdaptiveNoRoom {
+        ConcurrencyControl::new()
+    } else {
+        cc.clone()
+    };
     for i in 0..SHORT_THREADS {
-        let (sh, cc) = (sh.clone(), cc.clone());
+        let (sh, cc) = (sh.clone(), short_cc.clone());
         let off = SHORT_EVERY * i as u32;
         threads.push(std::thread::spawn(move || short_thread(sh, Some(cc), off)));
     }
@@ -509,6 +551,10 @@ fn cpu_run(
             WINDOW,
         )
         .unwrap()
+    });
+    let tracer = tracing().then(|| {
+        let (sh, cc, mut probe) = (sh.clone(), cc.clone(), bpf.runq_probe());
+        std::thread::spawn(move || window_trace(mode, &sh, &cc, &mut probe))
     });
     let mut probe: RunqProbe = bpf.runq_probe();
     let _ = probe.sample();
@@ -551,6 +597,10 @@ fn cpu_run(
     for t in threads {
         let _ = t.join();
     }
+    if let Some(t) = tracer {
+        let _ = t.join();
+        short_split(mode, &sh);
+    }
     let (history, yields) = match ab.as_mut() {
         Some(ab) => {
             ab.stop();
@@ -564,6 +614,78 @@ fn cpu_run(
         yields,
         marks,
     }
+}
+
+/// Trace mode: one line per 100 ms window until the run stops.
+fn window_trace(mode: Mode, sh: &Shared, cc: &ConcurrencyControl, probe: &mut RunqProbe) {
+    let _ = probe.sample();
+    let mut clock = cpu_clock();
+    let mut units = sh.units.load(Ordering::Relaxed);
+    let mut c0 = cc.counters();
+    let mut t = Instant::now();
+    eprintln!(
+        "trace {mode:?}: t_s budget in_use waiters runq% bench_cpus idle_cpus work/s grants yields"
+    );
+    let start = t;
+    while !sh.stop.load(Ordering::Relaxed) {
+        std::thread::sleep(WINDOW);
+        let now = Instant::now();
+        let dt = (now - t).as_secs_f64();
+        let (rq, oc) = probe.sample().unwrap_or_default();
+        let c = cpu_clock();
+        let u = sh.units.load(Ordering::Relaxed);
+        let k = cc.counters();
+        eprintln!(
+            "trace {mode:?}: {:.1} {} {} {} {:.0} {:.2} {:.2} {:.0} {} {}",
+            (now - start).as_secs_f64(),
+            k.budget_effective,
+            k.cur_concurrency,
+            k.waiters,
+            rq as f64 * 100.0 / (rq + oc).max(1) as f64,
+            (c.0 - clock.0) / dt,
+            (c.1 - clock.1) / dt,
+            (u - units) as f64 / dt,
+            k.slots_granted - c0.slots_granted,
+            k.yields - c0.yields,
+        );
+        (clock, units, c0, t) = (c, u, k, now);
+    }
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map_or(Duration::ZERO, Duration::from)
+}
+
+/// Trace mode: the short queries' latency split into the wake-up (from the
+/// scheduled start until the thread ran), its on-CPU time, and the rest
+/// (waiting for a CPU or for the slot after it woke), at p50/p99 and for
+/// the slowest 1%.
+fn short_split(mode: Mode, sh: &Shared) {
+    let mut v = sh.short_parts.lock().unwrap().clone();
+    if v.is_empty() {
+        return;
+    }
+    v.sort_by(|a, b| a.2.total_cmp(&b.2));
+    let n = v.len();
+    let tail = &v[n - n.div_ceil(100)..];
+    let mean = |f: fn(&(f64, f64, f64)) -> f64| tail.iter().map(f).sum::<f64>() / tail.len() as f64;
+    let mut cpu: Vec<f64> = v.iter().map(|x| x.0).collect();
+    let mut rq: Vec<f64> = v.iter().map(|x| x.1).collect();
+    eprintln!(
+        "short {mode:?}: n {n}; latency p50 {:.2} p99 {:.2} ms; on-CPU p50 {:.2} p99 {:.2}; wake-up p50 {:.2} p99 {:.2}; slowest 1%: latency {:.2} = wake-up {:.2} + on-CPU {:.2} + waiting after it {:.2}",
+        v[n / 2].2,
+        v[(n * 99 / 100).min(n - 1)].2,
+        percentile(&mut cpu, 50.0),
+        percentile(&mut cpu, 99.0),
+        percentile(&mut rq, 50.0),
+        percentile(&mut rq, 99.0),
+        mean(|x| x.2),
+        mean(|x| x.1),
+        mean(|x| x.0),
+        mean(|x| x.2 - x.0 - x.1),
+    );
 }
 
 fn trace(h: &[BudgetPoint]) -> String {
@@ -672,14 +794,22 @@ fn main() {
     // (a) CPU-bound scans + short queries: 3 rounds of 3 s per mode,
     // interleaved, so that other work on the machine meets all modes alike.
     let (mut sa, mut ca, mut aa, mut hist) = (vec![], vec![], vec![], vec![]);
+    let mut na = vec![];
     let mut yields_a = 0;
     for round in 0..A_ROUNDS {
-        for mode in [Mode::Static, Mode::AtCores, Mode::Adaptive] {
+        let modes = [
+            Mode::Static,
+            Mode::AtCores,
+            Mode::Adaptive,
+            Mode::AdaptiveNoRoom,
+        ];
+        for mode in modes {
             let mut r = cpu_run(&bpf, mode, &[A_SECS], |_| {});
             let p = r.phases.pop().expect("one phase");
             match mode {
                 Mode::Static => sa.push(p),
                 Mode::AtCores => ca.push(p),
+                Mode::AdaptiveNoRoom => na.push(p),
                 Mode::Adaptive => {
                     eprintln!(
                         "(a) adaptive round {round}, budget/run-queue % per window: {}",
@@ -694,7 +824,7 @@ fn main() {
             }
         }
     }
-    let (mut sp, cp, mut ap) = (merge(sa), merge(ca), merge(aa));
+    let (mut sp, cp, mut ap, mut np) = (merge(sa), merge(ca), merge(aa), merge(na));
     let (sp, ap) = (&mut sp, &mut ap);
     let a_hist = budget_hist(&hist, f64::NEG_INFINITY, f64::INFINITY);
     eprintln!("(a) adaptive, windows at each budget: {a_hist}");
@@ -734,6 +864,16 @@ fn main() {
         ),
     );
     report.put(
+        "noroom_short_p99_ms_cpu",
+        np.p99(),
+        &format!(
+            "(a) context: adaptive with the short queries' slots outside the effective budget (no room for them); runq share {:.1}%, work/s {:.0}, p50 {:.2} ms",
+            np.share_pct(),
+            np.work_per_s(),
+            np.p50()
+        ),
+    );
+    report.put(
         "adapt_budget_mean_cpu",
         budget_mean(&hist, f64::NEG_INFINITY, f64::INFINITY),
         &format!("(a) mean effective budget; windows at each budget: {a_hist}"),
@@ -743,6 +883,11 @@ fn main() {
         yields_a as f64,
         "(a) slots released by should_yield",
     );
+
+    if std::env::var_os("ADAPTIVE_BENCH_ONLY").is_some_and(|v| v == "a") {
+        eprintln!("ADAPTIVE_BENCH_ONLY=a: (a) only, no JSON written");
+        return;
+    }
 
     // (b) the hog: 3 s without, 6 s with, 3 s without.
     let events = [3.0, 9.0, 12.0];
@@ -761,6 +906,15 @@ fn main() {
     };
     let mut hs = hog_run(Mode::Static, false);
     let mut ha = hog_run(Mode::Adaptive, false);
+    let mut hn = hog_run(Mode::AdaptiveNoRoom, false);
+    report.put(
+        "noroom_short_p99_ms_hog",
+        hn.phases[1].p99(),
+        &format!(
+            "(b) context: adaptive, same cgroup, the short queries' slots outside the effective budget; work/s {:.0}",
+            hn.phases[1].work_per_s()
+        ),
+    );
     eprintln!(
         "(b) adaptive, budget/run-queue % per window: {}",
         trace(&ha.history)

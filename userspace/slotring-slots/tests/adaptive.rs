@@ -58,3 +58,53 @@ fn never_zero_and_the_static_budget_never_yields() {
     assert!(!n0.is_competing() && !n0.should_yield());
     drop((x, y, z, n0));
 }
+
+#[test]
+fn a_running_non_competing_slot_takes_its_room_from_the_effective_budget() {
+    let cc = ConcurrencyControl::new();
+    cc.set_max_concurrency(4);
+    cc.set_effective_budget(2);
+    // Two scans with one slot each fill the effective budget of 2.
+    let (s1, s2) = (cc.allocate(0, 1).unwrap(), cc.allocate(0, 1).unwrap());
+    let (a, b) = (s1.try_acquire().unwrap(), s2.try_acquire().unwrap());
+    s1.set_max(4).unwrap();
+    s2.set_max(4).unwrap();
+    assert!(s1.try_acquire().is_none() && s2.try_acquire().is_none());
+    // A short query's non-competing slot is granted at once and runs: the
+    // competing slots get 1, so exactly one scan (the first to reach its
+    // checkpoint; with more holders than slots every fair share is 0) yields.
+    let short = cc.allocate(1, 1).unwrap();
+    let mut q = short.try_acquire().expect("never refused");
+    assert!(!q.is_competing());
+    assert_eq!(cc.effective_budget(), 2, "the budget itself is unchanged");
+    assert!(b.should_yield());
+    assert!(!a.should_yield(), "exactly one yield");
+    drop(b);
+    assert_eq!(cc.counters().yields, 1);
+    assert!(
+        s2.try_acquire().is_none(),
+        "s2 waits while the short query runs"
+    );
+    // A parked non-competing slot does not count: its room goes back.
+    assert!(slotring_slots::SlotLease::park(&mut q));
+    let b = s2
+        .try_acquire()
+        .expect("granted the room of the parked slot");
+    slotring_slots::SlotLease::unpark(&mut q);
+    assert!(a.should_yield() || b.should_yield());
+    drop(a);
+    // The short query ends: its room goes back to the waiting scan.
+    drop(q);
+    drop(short);
+    let a = s1
+        .try_acquire()
+        .expect("granted when the short query ended");
+    assert!(!a.should_yield() && !b.should_yield());
+    // The static budget keeps ClickHouse's rule: non-competing slots never count.
+    cc.set_max_concurrency(2);
+    cc.set_effective_budget(UNLIMITED);
+    let short = cc.allocate(1, 1).unwrap();
+    let q = short.try_acquire().unwrap();
+    assert!(!a.should_yield() && !b.should_yield());
+    drop((a, b, q));
+}

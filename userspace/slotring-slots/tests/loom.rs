@@ -323,6 +323,70 @@ fn budget_shrink_makes_exactly_the_excess_yield() {
     });
 }
 
+/// Under an effective budget of 2 held by two scans (one slot each), a
+/// short query's non-competing slot starts running on another thread while
+/// both scans pass their checkpoints: whatever the interleaving, exactly one
+/// scan is told to yield (more holders than slots: the first to look), and
+/// once the short query ends its room goes back to that scan. Nothing leaks.
+#[test]
+fn a_non_competing_slot_makes_exactly_one_scan_yield() {
+    model(|| {
+        let cc = ConcurrencyControl::new();
+        cc.set_max_concurrency(4);
+        cc.set_effective_budget(2);
+        let s1 = cc.allocate(0, 1).unwrap();
+        let s2 = cc.allocate(0, 1).unwrap();
+        let a = s1.try_acquire().unwrap();
+        let b = s2.try_acquire().unwrap();
+        let cc2 = cc.clone();
+        let short = thread::spawn(move || {
+            let q = cc2.allocate(1, 1).unwrap();
+            let slot = q.try_acquire().unwrap();
+            (q, slot)
+        });
+        let scan = thread::spawn(move || {
+            if a.should_yield() {
+                drop(a);
+                None
+            } else {
+                Some(a)
+            }
+        });
+        let mut b = if b.should_yield() {
+            drop(b);
+            None
+        } else {
+            Some(b)
+        };
+        let (q, slot) = short.join().unwrap();
+        let mut a = scan.join().unwrap();
+        // Both checkpoints may have run before the short query: again now.
+        for s in [&mut a, &mut b] {
+            if s.as_ref().is_some_and(|x| x.should_yield()) {
+                *s = None;
+            }
+        }
+        assert_eq!(
+            a.is_none() as u32 + b.is_none() as u32,
+            1,
+            "exactly one yields"
+        );
+        let c = cc.counters();
+        assert_eq!((c.yields, c.cur_concurrency, c.budget_effective), (1, 1, 2));
+        let yielder = if a.is_none() { &s1 } else { &s2 };
+        assert!(yielder.is_requesting(), "the yielded slot is wanted again");
+        drop(slot);
+        drop(q);
+        // The short query ended: its room is granted to the yielder.
+        let again = yielder
+            .try_acquire()
+            .expect("granted when the short query ended");
+        drop((again, a, b));
+        drop((s1, s2));
+        idle(cc.counters());
+    });
+}
+
 /// A holder told to yield releases and blocks in `acquire` while the budget
 /// grows back (1 → 2) on another thread: it is always granted (no lost
 /// wake-up), whichever comes first.
