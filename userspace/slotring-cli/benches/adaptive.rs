@@ -9,9 +9,7 @@
 //!   non-competing slot; latency from its scheduled start). Four rounds of
 //!   4 s each of the static budget, a static budget of the cores (context:
 //!   `cores_work_per_s_cpu`, the best any budget does without a loop) and
-//!   the adaptive one (and, as context for the design, the adaptive one
-//!   with the short queries outside its budget: `noroom_short_p99_ms_cpu`),
-//!   interleaved so other work on the machine meets all
+//!   the adaptive one, interleaved so other work on the machine meets all
 //!   three alike. The notes say how many CPUs the bench process got and
 //!   how many the machine left idle, and the budget's time at each level.
 //! * (b) `_hog`: the same, with `stress-ng --cpu 2×cores` started after 3 s
@@ -19,7 +17,7 @@
 //!   `adapt_settle_s` is the longer of the two settling times (after the
 //!   start, after the stop). Run twice: the hog in the workload's cgroup,
 //!   and in a sibling cgroup of its own (`…_own_cgroup`). Context keys
-//!   `noroom_short_p99_ms_hog` as in (a); `floor_*_hog`: the physical floor without slotring (one plain thread
+//!   `floor_*_hog`: the physical floor without slotring (one plain thread
 //!   beside the hog: its run-queue share; the short queries alone beside
 //!   it: their p99).
 //! * (c) `_io`: `slotring run` (the IO-bound default workload) with
@@ -481,11 +479,6 @@ enum Mode {
     AtCores,
     /// The adaptive loop (ceiling 2 × cores).
     Adaptive,
-    /// Context for the design: the adaptive loop with the short queries'
-    /// slots taken from a control of their own, so that they take no room
-    /// from the effective budget (the rule before "room for non-competing
-    /// leases").
-    AdaptiveNoRoom,
 }
 
 /// Several phases as one (their sums; the short queries of all).
@@ -512,7 +505,7 @@ fn cpu_run(
 ) -> CpuRun {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let ceiling = 2 * cores as u64;
-    let adaptive = matches!(mode, Mode::Adaptive | Mode::AdaptiveNoRoom);
+    let adaptive = mode == Mode::Adaptive;
     let cc = ConcurrencyControl::new();
     cc.set_max_concurrency(ceiling);
     if mode == Mode::AtCores {
@@ -533,13 +526,8 @@ fn cpu_run(
             threads.push(std::thread::spawn(move || scan_thread(sh, alloc, max)));
         }
     }
-    let short_cc = if mode == Mode::AdaptiveNoRoom {
-        ConcurrencyControl::new()
-    } else {
-        cc.clone()
-    };
     for i in 0..SHORT_THREADS {
-        let (sh, cc) = (sh.clone(), short_cc.clone());
+        let (sh, cc) = (sh.clone(), cc.clone());
         let off = SHORT_EVERY * i as u32;
         threads.push(std::thread::spawn(move || short_thread(sh, Some(cc), off)));
     }
@@ -794,22 +782,14 @@ fn main() {
     // (a) CPU-bound scans + short queries: 3 rounds of 3 s per mode,
     // interleaved, so that other work on the machine meets all modes alike.
     let (mut sa, mut ca, mut aa, mut hist) = (vec![], vec![], vec![], vec![]);
-    let mut na = vec![];
     let mut yields_a = 0;
     for round in 0..A_ROUNDS {
-        let modes = [
-            Mode::Static,
-            Mode::AtCores,
-            Mode::Adaptive,
-            Mode::AdaptiveNoRoom,
-        ];
-        for mode in modes {
+        for mode in [Mode::Static, Mode::AtCores, Mode::Adaptive] {
             let mut r = cpu_run(&bpf, mode, &[A_SECS], |_| {});
             let p = r.phases.pop().expect("one phase");
             match mode {
                 Mode::Static => sa.push(p),
                 Mode::AtCores => ca.push(p),
-                Mode::AdaptiveNoRoom => na.push(p),
                 Mode::Adaptive => {
                     eprintln!(
                         "(a) adaptive round {round}, budget/run-queue % per window: {}",
@@ -824,7 +804,7 @@ fn main() {
             }
         }
     }
-    let (mut sp, cp, mut ap, mut np) = (merge(sa), merge(ca), merge(aa), merge(na));
+    let (mut sp, cp, mut ap) = (merge(sa), merge(ca), merge(aa));
     let (sp, ap) = (&mut sp, &mut ap);
     let a_hist = budget_hist(&hist, f64::NEG_INFINITY, f64::INFINITY);
     eprintln!("(a) adaptive, windows at each budget: {a_hist}");
@@ -864,16 +844,6 @@ fn main() {
         ),
     );
     report.put(
-        "noroom_short_p99_ms_cpu",
-        np.p99(),
-        &format!(
-            "(a) context: adaptive with the short queries' slots outside the effective budget (no room for them); runq share {:.1}%, work/s {:.0}, p50 {:.2} ms",
-            np.share_pct(),
-            np.work_per_s(),
-            np.p50()
-        ),
-    );
-    report.put(
         "adapt_budget_mean_cpu",
         budget_mean(&hist, f64::NEG_INFINITY, f64::INFINITY),
         &format!("(a) mean effective budget; windows at each budget: {a_hist}"),
@@ -906,15 +876,6 @@ fn main() {
     };
     let mut hs = hog_run(Mode::Static, false);
     let mut ha = hog_run(Mode::Adaptive, false);
-    let mut hn = hog_run(Mode::AdaptiveNoRoom, false);
-    report.put(
-        "noroom_short_p99_ms_hog",
-        hn.phases[1].p99(),
-        &format!(
-            "(b) context: adaptive, same cgroup, the short queries' slots outside the effective budget; work/s {:.0}",
-            hn.phases[1].work_per_s()
-        ),
-    );
     eprintln!(
         "(b) adaptive, budget/run-queue % per window: {}",
         trace(&ha.history)

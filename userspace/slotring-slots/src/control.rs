@@ -77,11 +77,7 @@ impl ConcurrencyControl {
     /// Set the effective budget below `max_concurrency` (the adaptive
     /// budget; see [`crate::BudgetController`]): scheduling then obeys
     /// `min(max_concurrency, value)`. `0` is clamped to 1; [`UNLIMITED`]
-    /// returns to the static budget. Unlike `max_concurrency`, an effective
-    /// budget also counts the non-competing (`min`) slots of the fair
-    /// schedulers that are granted and not parked: they are still granted at
-    /// once, and competing slots get what they leave. A shrink (or a
-    /// non-competing slot that starts running) takes no slot back by itself:
+    /// returns to the static budget. A shrink takes no slot back by itself:
     /// holders above their fair share see [`AcquiredSlot::should_yield`]
     /// and release at their next checkpoint; a growth grants to waiters at
     /// once.
@@ -89,11 +85,9 @@ impl ConcurrencyControl {
         self.shared.lock().set_effective_budget(value);
     }
 
-    /// The budget now: `min(max_concurrency, effective budget)` (under an
-    /// effective budget, running non-competing slots take their room from
-    /// it first; see [`ConcurrencyControl::set_effective_budget`]).
+    /// What scheduling obeys now: `min(max_concurrency, effective budget)`.
     pub fn effective_budget(&self) -> u64 {
-        self.shared.lock().budget()
+        self.shared.lock().limit()
     }
 
     /// ClickHouse's combination of `concurrent_threads_soft_limit_num` and

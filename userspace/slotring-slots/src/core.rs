@@ -37,30 +37,18 @@
 //! unpark either fits (`cur < max`) or raises `cur` and `borrowed` together,
 //! and a release lowers `cur` by one and `borrowed` by at most one.
 //!
-//! Effective budget and yields: scheduling obeys `limit()`: `max` under the
-//! static budget, `min(max, cap − nc_live)` under an adaptive effective
-//! budget `cap` (`UNLIMITED`: static). A shrink takes nothing back by
-//! itself; `yield_needed = (cur − borrowed) − limit − owed` (floored at 0)
-//! is how many more holders should release. A holder's `should_yield`
-//! says yes only while that is positive and its allocation holds (`held`:
-//! granted-unacquired plus acquired unparked competing slots) more than
-//! `limit / holders` beyond the yields it already promised (`owed`); with
-//! more holders than slots that share is 0 and any holder yields (the
-//! first to reach a checkpoint); each yes is promised (`owed + 1`), so
+//! Effective budget and yields: scheduling obeys `limit() = min(max, cap)`,
+//! where `cap` is the adaptive effective budget (`UNLIMITED`: static). A
+//! shrink takes nothing back by itself; `yield_needed = (cur − borrowed) −
+//! limit − owed` (floored at 0) is how many more holders should release. A
+//! holder's `should_yield` says yes only while that is positive and its
+//! allocation holds (`held`: granted-unacquired plus acquired unparked
+//! competing slots) more than `max(1, limit / holders)` beyond the yields
+//! it already promised (`owed`); each yes is promised (`owed + 1`), so
 //! exactly the excess is asked for, and the release that keeps the promise
 //! makes the allocation want that slot again (`allocated − 1`, back in its
 //! waiter list): the holder waits for a grant like any other. Borrowed
 //! slots are not an excess to yield: borrowing is repaid by withholding.
-//!
-//! Room for non-competing leases: an effective budget is a number of CPUs
-//! for running leases, so it counts the fair schedulers' non-competing
-//! (`min`) slots that are granted and not parked (`nc_live`) as well: they
-//! are still granted at once (never refused, never yielding), but each one
-//! that runs takes its room from the competing slots, whose holders above
-//! `limit` yield at their next checkpoint. A short query's one slot thus
-//! does not queue on a CPU behind a scan's threads (measured in
-//! `cargo xtask bench adaptive`). The static budget keeps ClickHouse's
-//! rule: non-competing slots never count.
 //!
 //! # Memory ordering
 //!
@@ -179,13 +167,8 @@ pub(crate) struct Core {
     pub(crate) waiters: u64,
     pub(crate) parked: u64,
     /// The effective budget set by the adaptive controller ([`UNLIMITED`]:
-    /// static). Scheduling obeys `min(max, cap − nc_live)` ([`Core::limit`]).
+    /// static). Scheduling obeys `min(max, cap)` ([`Core::limit`]).
     pub(crate) cap: u64,
-    /// Non-competing slots of the fair schedulers that are granted and not
-    /// parked (acquired or not): running leases outside the competition.
-    /// An effective budget counts them (see "Room for non-competing
-    /// leases" in the module docs); the static budget does not.
-    nc_live: u64,
     /// Allocations holding at least one competing slot (`held > 0`).
     holders: u64,
     /// Yields promised and not yet made (sum of every `owed`).
@@ -218,7 +201,6 @@ impl Core {
             waiters: 0,
             parked: 0,
             cap: UNLIMITED,
-            nc_live: 0,
             holders: 0,
             owed: 0,
             yield_needed: Arc::new(AtomicU64::new(0)),
@@ -232,21 +214,10 @@ impl Core {
         }
     }
 
-    /// The budget: the user's `max` or the adaptive effective budget,
-    /// whichever is lower.
-    pub(crate) fn budget(&self) -> u64 {
-        self.max.min(self.cap)
-    }
-
-    /// What competing slots may use: the static `max`, or, under an
-    /// effective budget, `min(max, cap − nc_live)` (may be 0 while
-    /// non-competing leases fill the effective budget).
+    /// The budget scheduling obeys: the user's `max` or the adaptive
+    /// effective budget, whichever is lower.
     pub(crate) fn limit(&self) -> u64 {
-        if self.cap == UNLIMITED {
-            self.max
-        } else {
-            self.max.min(self.cap.saturating_sub(self.nc_live))
-        }
+        self.max.min(self.cap)
     }
 
     /// Free capacity (ClickHouse's `available`).
@@ -458,7 +429,6 @@ impl Core {
         self.allocations += 1;
         self.stats.slots_granted += min;
         let (limit, allocated, granted, noncompeting) = if kind.min_is_non_competing() {
-            self.nc_live += min;
             (max - min, 0, 0, min)
         } else {
             self.cur = self.cur.saturating_add(min);
@@ -565,14 +535,13 @@ impl Core {
         }
         st.freed = true;
         let amount = st.shared.granted.swap(0, Ordering::Relaxed);
-        let nc = st.shared.noncompeting.swap(0, Ordering::Relaxed);
+        st.shared.noncompeting.swap(0, Ordering::Relaxed);
         if st.blocked > 0 {
             st.shared.cv.notify_all();
         }
         let in_waiters = st.in_waiters;
         let shared = st.shared.clone();
         self.held_sub(&shared, amount);
-        self.nc_live -= nc;
         self.cur -= amount;
         self.clamp_borrowed();
         if in_waiters {
@@ -637,7 +606,7 @@ impl Core {
     }
 
     pub(crate) fn fair_share(&self) -> u64 {
-        let limit = self.budget();
+        let limit = self.limit();
         if limit == UNLIMITED {
             return UNLIMITED;
         }
@@ -713,7 +682,7 @@ impl Core {
         if self.yield_needed.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        let fair = self.limit() / self.holders.max(1);
+        let fair = (self.limit() / self.holders.max(1)).max(1);
         let keeps = a
             .held
             .load(Ordering::Relaxed)
@@ -743,20 +712,8 @@ impl Core {
             self.cur -= 1;
             self.clamp_borrowed();
             self.schedule();
-        } else {
-            self.nc_leaves();
         }
         self.refresh_yield();
-    }
-
-    /// A non-competing slot stops running (released or parked): under an
-    /// effective budget its room goes back to the competing slots.
-    fn nc_leaves(&mut self) {
-        self.nc_live -= 1;
-        if self.cap != UNLIMITED {
-            self.clamp_borrowed();
-            self.schedule();
-        }
     }
 
     /// Park an acquired slot: it stops counting; its capacity may be granted.
@@ -771,8 +728,6 @@ impl Core {
             self.cur -= 1;
             self.clamp_borrowed();
             self.schedule();
-        } else {
-            self.nc_leaves();
         }
         self.refresh_yield();
     }
@@ -790,10 +745,6 @@ impl Core {
                 self.stats.unpark_borrows += 1;
             }
             self.cur += 1;
-        } else {
-            // Back in the effective budget: competing holders above it
-            // are asked to yield (`refresh_yield`).
-            self.nc_live += 1;
         }
         self.refresh_yield();
     }
@@ -810,7 +761,7 @@ impl Core {
             unparks: self.stats.unparks,
             unpark_borrows: self.stats.unpark_borrows,
             max_concurrency: self.max,
-            budget_effective: self.budget(),
+            budget_effective: self.limit(),
             yields: self.stats.yields,
             cur_concurrency: self.cur,
             allocations: self.allocations,

@@ -48,11 +48,9 @@ impl AcquiredSlot {
 
     /// The cooperative checkpoint (ClickHouse's CPU-lease preemption,
     /// cooperatively): true while the budget is exceeded (it shrank below
-    /// the competing slots in use, borrows aside, or running non-competing
-    /// slots took its room under an effective budget) and this slot's
-    /// allocation holds more than its fair share `budget / holding
-    /// allocations` (0 with more holders than slots: then any holder),
-    /// beyond the yields it already promised. A `true` is a
+    /// the competing slots in use, borrows aside) and this slot's
+    /// allocation holds more than its fair share `max(1, budget / holding
+    /// allocations)`, beyond the yields it already promised. A `true` is a
     /// promise: release this slot (drop it) at once and wait for a grant
     /// like any other (`Allocation::acquire`); the allocation asks for the
     /// slot again. Exactly as many holders are told to yield as the budget

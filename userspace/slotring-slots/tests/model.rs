@@ -13,14 +13,12 @@
 //!   `max` was never lowered;
 //! * slot ids are 0, 1, 2, … per allocation;
 //! * yields: `should_yield` says yes exactly while `(cur − borrowed) −
-//!   limit` exceeds the yields already promised and the slot's allocation
-//!   holds more than `limit / holders` beyond its promises; a yielded
-//!   slot's release makes its allocation ask for the slot again.
+//!   budget` exceeds the yields already promised and the slot's allocation
+//!   holds more than `max(1, budget / holders)` beyond its promises; a
+//!   yielded slot's release makes its allocation ask for the slot again.
 //!
-//! "limit" is `max_concurrency` under the static budget and
-//! `min(max_concurrency, effective budget − running non-competing slots)`
-//! under an effective budget (`SetBudget` sets the adaptive effective
-//! budget, 7 standing for `UNLIMITED`).
+//! "budget" is `min(max_concurrency, effective budget)` (`SetBudget` sets
+//! the adaptive effective budget, 7 standing for `UNLIMITED`).
 
 use proptest::prelude::*;
 use slotring_slots::{
@@ -116,8 +114,6 @@ impl List {
 struct Model {
     max: u64,
     cap: u64,
-    /// Non-competing slots granted (fair schedulers) and not parked.
-    nc_live: u64,
     owed: u64,
     cur: u64,
     borrowed: u64,
@@ -131,30 +127,8 @@ struct Model {
 }
 
 impl Model {
-    fn budget(&self) -> u64 {
-        self.max.min(self.cap)
-    }
     fn limit(&self) -> u64 {
-        if self.cap == UNLIMITED {
-            self.max
-        } else {
-            self.max.min(self.cap.saturating_sub(self.nc_live))
-        }
-    }
-    /// A non-competing slot starts running under an effective budget: the
-    /// competing limit shrinks.
-    fn nc_enters(&mut self) {
-        self.nc_live += 1;
-        if self.cap != UNLIMITED {
-            self.fair_only_no_shrink = false;
-        }
-    }
-    fn nc_leaves(&mut self) {
-        self.nc_live -= 1;
-        if self.cap != UNLIMITED {
-            self.clamp();
-            self.schedule();
-        }
+        self.max.min(self.cap)
     }
     fn available(&self) -> u64 {
         self.limit().saturating_sub(self.cur)
@@ -244,9 +218,6 @@ impl Model {
             self.cur += min;
             (max, min, min, 0)
         } else {
-            for _ in 0..min {
-                self.nc_enters();
-            }
             (max - min, 0, 0, min)
         };
         let a = self.allocs.len();
@@ -316,9 +287,8 @@ impl Model {
         m.freed = true;
         let amount = std::mem::take(&mut m.granted);
         m.held -= amount;
-        let nc = std::mem::take(&mut m.nc);
+        m.nc = 0;
         let in_w = m.in_w;
-        self.nc_live -= nc;
         self.cur -= amount;
         self.clamp();
         if in_w {
@@ -371,8 +341,6 @@ impl Model {
             self.cur -= 1;
             self.clamp();
             self.schedule();
-        } else {
-            self.nc_leaves();
         }
     }
     fn park(&mut self, s: &mut MSlot, a: usize) -> bool {
@@ -387,8 +355,6 @@ impl Model {
             self.cur -= 1;
             self.clamp();
             self.schedule();
-        } else {
-            self.nc_leaves();
         }
         true
     }
@@ -406,8 +372,6 @@ impl Model {
                 self.c.unpark_borrows += 1;
             }
             self.cur += 1;
-        } else {
-            self.nc_enters();
         }
     }
     fn set_max_concurrency(&mut self, v: u64) {
@@ -439,7 +403,7 @@ impl Model {
             return false;
         }
         let holders = self.allocs.iter().filter(|m| m.held > 0).count() as u64;
-        let fair = self.limit() / holders.max(1);
+        let fair = (self.limit() / holders.max(1)).max(1);
         let m = &mut self.allocs[a];
         if m.held.saturating_sub(m.owed) <= fair {
             return false;
@@ -452,7 +416,7 @@ impl Model {
         let live = self.allocs.iter().filter(|m| !m.freed);
         SlotsCounters {
             max_concurrency: self.max,
-            budget_effective: self.budget(),
+            budget_effective: self.limit(),
             cur_concurrency: self.cur,
             allocations: live.clone().count() as u64,
             waiters: live.filter(|m| m.in_w).count() as u64,
@@ -609,16 +573,21 @@ fn check(
         c.parked,
         slots.iter().filter(|(r, _, _)| r.is_parked()).count() as u64
     );
-    // The competing limit: the budget, less the running non-competing
-    // slots under an effective budget.
-    let limit = m.limit();
     if c.waiters > 0 {
-        prop_assert!(c.cur_concurrency >= limit, "stranded waiter: {:?}", c);
+        prop_assert!(
+            c.cur_concurrency >= c.budget_effective,
+            "stranded waiter: {:?}",
+            c
+        );
     }
-    prop_assert!(c.borrowed <= c.cur_concurrency.saturating_sub(limit));
+    prop_assert!(c.borrowed <= c.cur_concurrency.saturating_sub(c.budget_effective));
     prop_assert!(c.budget_effective >= 1 && c.budget_effective <= c.max_concurrency);
     if m.fair_only_no_shrink {
-        prop_assert!(c.cur_concurrency - c.borrowed <= limit, "budget: {:?}", c);
+        prop_assert!(
+            c.cur_concurrency - c.borrowed <= c.budget_effective,
+            "budget: {:?}",
+            c
+        );
     }
     Ok(())
 }
