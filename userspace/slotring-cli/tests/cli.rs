@@ -156,6 +156,19 @@ fn wait_for_metrics(addr: SocketAddr, must_contain: &str) -> String {
 }
 
 fn wait_output(child: &mut Child, limit: Duration) -> Output {
+    // Drain the pipes while waiting: a report larger than the pipe buffer
+    // (a 12 s `run --json` writes ~70 KiB) would block the child's write
+    // and the child would never exit.
+    fn drain(r: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    }
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if start.elapsed() > limit {
@@ -164,18 +177,10 @@ fn wait_output(child: &mut Child, limit: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    if let Some(mut o) = child.stdout.take() {
-        o.read_to_end(&mut out).unwrap();
-    }
-    if let Some(mut e) = child.stderr.take() {
-        e.read_to_end(&mut err).unwrap();
-    }
     Output {
         status: child.wait().unwrap(),
-        stdout: out,
-        stderr: err,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
     }
 }
 
