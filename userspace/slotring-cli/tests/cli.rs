@@ -1847,7 +1847,18 @@ fn a_second_ctrl_c_still_removes_the_data_file_and_the_pins() {
         );
     }
     sigint(&run.child.0);
-    std::thread::sleep(Duration::from_millis(5));
+    // The second SIGINT only after the first was handled: two sent before
+    // the process runs are one pending signal (standard signals do not
+    // queue), which is what a loaded machine did to a fixed 5 ms gap.
+    let t = Instant::now();
+    while !run.stderr_so_far().contains("SIGINT, stopping") {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the first SIGINT was never handled: {}",
+            run.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     sigint(&run.child.0);
     let out = run.finish(Duration::from_secs(60));
     let err = String::from_utf8_lossy(&out.stderr);
