@@ -4,7 +4,8 @@
 //!
 //! * (a) `_cpu`: three CPU-bound scans (no throttle; each an allocation of
 //!   up to 2 × cores slots, one thread per slot, releasing every 10 ms and
-//!   checkpointing `should_yield` every unit of work) plus short queries (a
+//!   calling the lease's `checkpoint` every unit of work: `should_yield`,
+//!   and a CPU yield once a millisecond) plus short queries (a
 //!   pool of 4 threads, one query each per 20 ms: 10 units of work on a
 //!   non-competing slot; latency from its scheduled start). Four rounds of
 //!   4 s each of the static budget, a static budget of the cores (context:
@@ -411,7 +412,9 @@ fn scan_thread(sh: Arc<Shared>, alloc: Arc<slotring::slots::Allocation>, max: Ar
             while t.elapsed() < QUANTUM && !sh.stop.load(Ordering::Relaxed) {
                 unit();
                 sh.units.fetch_add(1, Ordering::Relaxed);
-                if lease.should_yield() {
+                // The lease's checkpoint: `should_yield`, and the CPU
+                // given away once a millisecond (`CPU_YIELD_INTERVAL`).
+                if lease.checkpoint() {
                     yielded = true;
                     break;
                 }

@@ -67,5 +67,5 @@ pub use counters::{AdaptiveCounters, SlotsCounters, UNLIMITED};
 pub use error::SlotsError;
 pub use lease::{CpuLeaseParkGuard, SlotLease, current_lease_state, install_throttle_lease_hook};
 pub use scheduler::Scheduler;
-pub use slot::{AcquiredSlot, CurrentLease};
+pub use slot::{AcquiredSlot, CPU_YIELD_INTERVAL, CurrentLease};
 pub use slotring_throttle::LeaseState;

@@ -58,3 +58,36 @@ fn never_zero_and_the_static_budget_never_yields() {
     assert!(!n0.is_competing() && !n0.should_yield());
     drop((x, y, z, n0));
 }
+
+/// `checkpoint` answers what `should_yield` answers, and gives the CPU away
+/// at most once per `CPU_YIELD_INTERVAL` of checkpoints, and at least once
+/// when a checkpoint comes after the interval.
+#[test]
+fn checkpoint_is_should_yield_plus_a_cpu_yield_per_interval() {
+    use slotring_slots::CPU_YIELD_INTERVAL;
+    use std::time::Instant;
+    let cc = ConcurrencyControl::new();
+    cc.set_max_concurrency(2);
+    let a = cc.allocate(0, 2).unwrap();
+    let mut s0 = a.try_acquire().unwrap();
+    let s1 = a.try_acquire().unwrap();
+    let t = Instant::now();
+    {
+        let lease = s0.make_current();
+        assert!(!lease.checkpoint(), "within the budget");
+        assert_eq!(lease.cpu_yields(), 0, "not before the first interval");
+        while t.elapsed() < 5 * CPU_YIELD_INTERVAL {
+            assert!(!lease.checkpoint());
+        }
+        let elapsed = t.elapsed();
+        let bound = (elapsed.as_nanos() / CPU_YIELD_INTERVAL.as_nanos()) as u64;
+        let n = lease.cpu_yields();
+        assert!((1..=bound).contains(&n), "{n} yields in {elapsed:?}");
+        cc.set_effective_budget(1);
+        assert!(
+            lease.checkpoint(),
+            "the budget shrank: one of the two yields"
+        );
+    }
+    drop(s1);
+}

@@ -347,7 +347,9 @@ fn scan_worker(
         let done = if live.cfg.lease_parking {
             // The current slot carries the scan's tenant.
             let current = slot.make_current();
-            quantum(&|| current.should_yield())
+            // The lease's checkpoint: `should_yield`, and the CPU given
+            // away once a millisecond of reads and CPU work.
+            quantum(&|| current.checkpoint())
         } else {
             // Without lease parking the thread names its tenant itself.
             let _tenant = q.tenant.as_ref().map(Tenant::enter);
