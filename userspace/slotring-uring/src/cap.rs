@@ -49,13 +49,13 @@
 //! syscall, no wake-up under it: wakers are woken after it is released);
 //! one acquire and one release per 256 KiB piece.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::Waker;
 
 use slotring_throttle::{Clock, ThrottlePtr, Throttler};
 
-use crate::policy::Policy;
+use crate::policy::{Policy, WRITEBACK_PIECE};
 
 /// The shared state of one block-device throttler's writeback.
 #[derive(Debug, Default)]
@@ -72,8 +72,9 @@ struct CapState {
     /// The pacer: the earliest start of the next piece, on the throttler's
     /// clock.
     next_start_ns: u64,
-    /// Who waits for room (deduplicated with `Waker::will_wake`).
-    waiters: Vec<Waker>,
+    /// Who waits for room, oldest first (deduplicated with
+    /// `Waker::will_wake`).
+    waiters: VecDeque<Waker>,
 }
 
 impl WritebackCap {
@@ -92,21 +93,35 @@ impl WritebackCap {
             return true;
         }
         if !s.waiters.iter().any(|w| w.will_wake(waker)) {
-            s.waiters.push(waker.clone());
+            s.waiters.push_back(waker.clone());
         }
         false
     }
 
-    /// Give back `bytes` and wake everyone waiting for room.
+    /// Give back `bytes` and wake the oldest waiters, one per piece of
+    /// room given back (every waiter once nothing is under writeback).
+    ///
+    /// Waking only as many as the room serves keeps eight writers from
+    /// all retrying at every release. A woken waiter that no longer wants
+    /// the room (its request dropped, or served by an earlier wake) wastes
+    /// that wake, but no waiter is stranded: while anything is under
+    /// writeback another release follows, and the release that empties the
+    /// cap wakes everyone left.
     pub(crate) fn release(&self, bytes: u64) {
         if bytes == 0 {
             return;
         }
-        let waiters = {
+        let waiters: Vec<Waker> = {
             let mut s = self.lock();
             debug_assert!(s.in_flight >= bytes, "released more than was held");
             s.in_flight = s.in_flight.saturating_sub(bytes);
-            std::mem::take(&mut s.waiters)
+            let n = if s.in_flight == 0 {
+                s.waiters.len()
+            } else {
+                usize::try_from(bytes.div_ceil(WRITEBACK_PIECE)).unwrap_or(usize::MAX)
+            };
+            let n = n.min(s.waiters.len());
+            s.waiters.drain(..n).collect()
         };
         for w in waiters {
             w.wake();
@@ -315,8 +330,20 @@ mod tests {
         );
         assert!(!cap.acquire_or_wait(256, 512, &w), "registered once");
         assert_eq!(cap.lock().waiters.len(), 1);
+        let (count2, w2) = waker();
+        let (count3, w3) = waker();
+        assert!(!cap.acquire_or_wait(256, 512, &w2));
+        assert!(!cap.acquire_or_wait(256, 512, &w3));
+        // One piece of room wakes the oldest waiter only.
         cap.release(256);
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
+        assert_eq!(count2.0.load(Ordering::Relaxed), 0);
+        // The woken one went away without taking it: the next release
+        // wakes the next, and an empty cap wakes everyone left.
+        cap.release(256);
+        assert_eq!(count2.0.load(Ordering::Relaxed), 1);
+        assert_eq!(count3.0.load(Ordering::Relaxed), 1, "the cap is empty");
+        assert!(cap.acquire_or_wait(256, 512, &w));
         assert!(cap.acquire_or_wait(256, 512, &w));
         assert_eq!((cap.in_flight(), cap.high_water()), (512, 512));
         cap.release(512);
