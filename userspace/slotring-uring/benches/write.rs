@@ -243,6 +243,16 @@ fn cap_setting() -> Option<Duration> {
     }
 }
 
+/// The catch-up of our runs: the default, or
+/// `SLOTRING_WRITE_CATCH_UP_PERMILLE` (0: forfeit what the bucket collected
+/// while the device held the writers back).
+fn catch_up_setting() -> u32 {
+    std::env::var("SLOTRING_WRITE_CATCH_UP_PERMILLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(Policy::default().writeback_catch_up_permille)
+}
+
 /// One run's numbers.
 #[derive(Debug, Clone, Copy)]
 struct Run {
@@ -288,6 +298,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     let policy = Policy {
         pace_writeback: paced,
         writeback_cap: cap_setting(),
+        writeback_catch_up_permille: catch_up_setting(),
         ..Policy::default()
     };
     let share = TOTAL / writers as u64;
@@ -593,7 +604,11 @@ fn main() {
     // report then lacks the baselines and is not written).
     let quick = std::env::var_os("SLOTRING_WRITE_QUICK").is_some();
     if quick {
-        eprintln!("writeback cap: {:?}", cap_setting());
+        eprintln!(
+            "writeback cap: {:?}, catch-up {} permille",
+            cap_setting(),
+            catch_up_setting()
+        );
         for writers in [1, 8] {
             fresh_run(&host, &host_stat, true, writers);
         }

@@ -20,7 +20,7 @@
 //! * **Catch-up bound.** The bucket of `T` keeps refilling while the cap
 //!   holds the writers (up to its burst); spent at once, that backlog would
 //!   reach the device as fast as it completes. So every piece also passes
-//!   a pacer of `T` at `r_c = policy::catch_up_rate(r)` (a little above
+//!   a pacer of `T` at `r_c = Policy::catch_up_rate(r)` (a little above
 //!   `r`) with no burst: piece `k` of `T` starts no earlier than piece
 //!   `k − 1` plus `bytes / r_c`. In steady state the bucket spaces pieces at
 //!   `r` and the pacer never delays; after a stall the backlog drains at
@@ -215,7 +215,7 @@ impl CapHold {
                     caps.push(CapUse {
                         cap: cap_of(th),
                         bytes,
-                        catch_up_rate: crate::policy::catch_up_rate(rate),
+                        catch_up_rate: policy.catch_up_rate(rate),
                         clock: th.clock().clone(),
                     });
                 }

@@ -40,7 +40,8 @@
 //! * **Writeback in flight per device.** Paced pieces charged to a
 //!   rate-limited block-device throttler share one cap on the bytes under
 //!   writeback ([`Policy::writeback_cap_bytes`]) and, after the device held
-//!   them back, drain the bucket's backlog at most at [`catch_up_rate`]
+//!   them back, drain the bucket's backlog at most at
+//!   [`Policy::catch_up_rate`]
 //!   (`cap.rs` carries both out, for every engine).
 //! * **Booking.** Bytes are booked on the chain as [`Source::Device`] or
 //!   [`Source::PageCache`], each charge after the delay already booked
@@ -119,10 +120,17 @@ pub struct Policy {
     /// one piece). It bounds what completes together after the device
     /// stalls; pieces that find no room wait for another's writeback to
     /// complete, and the backlog the bucket collected meanwhile drains at
-    /// most a little above the rate (`catch_up_rate`). `None`: only the
+    /// most a little above the rate (`writeback_catch_up_permille`). `None`: only the
     /// per-request `writeback_depth` applies. Default 16 ms (512 KiB at
     /// 32 MiB/s); see ARCHITECTURE.md for the measurements.
     pub writeback_cap: Option<Duration>,
+    /// Paced writes under a writeback cap: how far above a block-device
+    /// throttler's rate its pieces may start while its bucket spends what
+    /// it collected when the device held the writers back, in thousandths
+    /// of the rate (default 31: 3.1 %). 0 starts pieces at most at the rate
+    /// itself: what the bucket collected meanwhile is never caught up
+    /// (forfeited).
+    pub writeback_catch_up_permille: u32,
 }
 
 impl Default for Policy {
@@ -133,19 +141,9 @@ impl Default for Policy {
             pace_writeback: true,
             writeback_depth: NonZeroU32::new(4).expect("4 is not 0"),
             writeback_cap: Some(Duration::from_millis(16)),
+            writeback_catch_up_permille: 31,
         }
     }
-}
-
-/// After the device held paced writers back, the backlog a block-device
-/// bucket collected meanwhile reaches the device at most this fraction
-/// above its rate: `rate + rate / CATCH_UP_DIV` (1/32: 3.1 %).
-pub(crate) const CATCH_UP_DIV: u64 = 32;
-
-/// The pacer's rate of a block-device throttler of `rate` bytes/s (see
-/// `cap.rs`).
-pub(crate) fn catch_up_rate(rate: u64) -> u64 {
-    rate.saturating_add(rate / CATCH_UP_DIV)
 }
 
 /// How a write's dirty pages reach the disk.
@@ -244,6 +242,13 @@ impl Policy {
                 .unwrap_or(u64::MAX)
                 .max(WRITEBACK_PIECE),
         )
+    }
+
+    /// The pacer's rate of a block-device throttler of `rate` bytes/s (see
+    /// `cap.rs`): `writeback_catch_up_permille` above it.
+    pub(crate) fn catch_up_rate(self, rate: u64) -> u64 {
+        let above = u128::from(rate) * u128::from(self.writeback_catch_up_permille) / 1000;
+        rate.saturating_add(u64::try_from(above).unwrap_or(u64::MAX))
     }
 
     /// The disk-rate guard: whether some rate-limited block-device bucket in
@@ -485,7 +490,12 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(off.writeback_cap_bytes(32 << 20), None);
-        assert_eq!(catch_up_rate(32 << 20), (32 << 20) + (1 << 20));
+        assert_eq!(on.catch_up_rate(1000), 1031);
+        let forfeit = Policy {
+            writeback_catch_up_permille: 0,
+            ..Policy::default()
+        };
+        assert_eq!(forfeit.catch_up_rate(1000), 1000);
     }
 
     #[test]
