@@ -168,6 +168,19 @@ fn main() {
         "one CLOCK_MONOTONIC_RAW read (both ports pay it)",
     );
 
+    let default_clock = MonotonicClock::new();
+    let ours_clock_ns = ns_per_iter(7, iters, || {
+        std::hint::black_box(default_clock.now_ns());
+    });
+    r.put(
+        "clock_default_ns",
+        ours_clock_ns,
+        &format!(
+            "one read of our default clock ({:?}; see the throttle crate's clock docs)",
+            default_clock.source()
+        ),
+    );
+
     let ours = Throttler::new(fast_rate).unwrap();
     let port = MutexPort::new(fast_rate, clock_gettime_ns);
     let gov = governor::RateLimiter::direct(governor::Quota::per_second(NonZeroU32::MAX));
@@ -233,6 +246,20 @@ fn main() {
         "throttle_ns_2t",
         ours_2t,
         "ours, 2 threads on one throttler (wall ns per call per thread)",
+    );
+    let ours_raw = Arc::new(
+        Throttler::builder(fast_rate)
+            .clock(Arc::new(MonotonicClock::without_tsc()))
+            .build()
+            .unwrap(),
+    );
+    let ours_raw_2t = ns_per_iter_threads(7, 2, iters / 2, |_| {
+        std::hint::black_box(ours_raw.throttle(AMOUNT, Duration::ZERO).unwrap());
+    });
+    r.put(
+        "throttle_ns_2t_clock_raw",
+        ours_raw_2t,
+        "ours on CLOCK_MONOTONIC_RAW instead of the TSC, 2 threads (what the clock costs)",
     );
     r.put("mutex_port_ns_2t", port_2t, "mutex port, 2 threads");
     r.put("governor_ns_2t", gov_2t, "governor, 2 threads");

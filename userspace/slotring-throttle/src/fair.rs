@@ -109,6 +109,60 @@ struct TenantInner {
     id: u64,
     weight: u32,
     name: String,
+    /// The cells of the scopes alive now ([`Tenant::enter`]); a reader sums
+    /// them with `charged`/`wait_ns` under this lock, and a scope that ends
+    /// moves its cell's values into those under it.
+    cells: std::sync::Mutex<Vec<Arc<ScopeCell>>>,
+}
+
+/// What one thread charged as a tenant while it had the tenant entered:
+/// written only by that thread, with a plain load and store (no locked
+/// instruction: ~10 ns less per charge here), read by anyone.
+///
+/// Memory ordering: statistics, all `Relaxed`. The single writer makes
+/// load-then-store exact; the scope's end runs on the writer's own thread,
+/// so it reads every value it wrote, and it moves them under the tenant's
+/// lock, which readers also take: a reader counts each byte exactly once.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct ScopeCell {
+    charged: StdAtomicU64,
+    wait_ns: StdAtomicU64,
+}
+
+impl ScopeCell {
+    /// Add as the only writer (saturating).
+    #[inline]
+    fn add_owned(&self, amount: u64, wait_ns: u64) {
+        let c = self.charged.load(StdOrdering::Relaxed);
+        self.charged
+            .store(c.saturating_add(amount), StdOrdering::Relaxed);
+        if wait_ns > 0 {
+            let w = self.wait_ns.load(StdOrdering::Relaxed);
+            self.wait_ns
+                .store(w.saturating_add(wait_ns), StdOrdering::Relaxed);
+        }
+    }
+}
+
+/// Add to a shared statistic (relaxed, saturating, never fails).
+///
+/// One `fetch_add` while the total is below 2⁶³ and the addend below 2³²
+/// (the adds in flight at once, at most one per thread, cannot carry it past
+/// 2⁶⁴, as for the throttler's count); a CAS loop with `saturating_add`
+/// otherwise.
+#[inline]
+fn add_shared(a: &StdAtomicU64, v: u64) {
+    if v == 0 {
+        return;
+    }
+    if v < 1 << 32 && a.load(StdOrdering::Relaxed) < 1 << 63 {
+        a.fetch_add(v, StdOrdering::Relaxed);
+        return;
+    }
+    let _ = a.fetch_update(StdOrdering::Relaxed, StdOrdering::Relaxed, |x| {
+        Some(x.saturating_add(v))
+    });
 }
 
 /// A party sharing throttlers by weight (a query, a user, a workload).
@@ -133,6 +187,7 @@ impl Tenant {
             name,
             charged: StdAtomicU64::new(0),
             wait_ns: StdAtomicU64::new(0),
+            cells: std::sync::Mutex::new(Vec::new()),
         })))
     }
 
@@ -140,38 +195,58 @@ impl Tenant {
     /// charged it (for a single-level disk throttler: its disk bytes).
     /// Saturates at `u64::MAX`.
     pub fn charged(&self) -> u64 {
-        self.0.charged.load(StdOrdering::Relaxed)
+        self.sum(|c| &c.charged, &self.0.charged)
     }
 
     /// Time its requests waited (booked), ns, summed like
     /// [`Tenant::charged`].
     pub fn wait_ns(&self) -> u64 {
-        self.0.wait_ns.load(StdOrdering::Relaxed)
+        self.sum(|c| &c.wait_ns, &self.0.wait_ns)
     }
 
-    /// Count one charge (statistics: relaxed, saturating, never fails).
-    ///
-    /// One `fetch_add` while the total is below 2⁶³ and the addend below
-    /// 2³² (the adds in flight at once, at most one per thread, cannot carry
-    /// it past 2⁶⁴, as for the throttler's count); a CAS loop with
-    /// `saturating_add` otherwise (before: a CAS loop on every charge).
+    /// `base` plus the live scopes' cells, under the lock a scope's end
+    /// takes to move its cell into `base`.
+    fn sum(&self, field: impl Fn(&ScopeCell) -> &StdAtomicU64, base: &StdAtomicU64) -> u64 {
+        let cells = self.cells();
+        cells.iter().fold(base.load(StdOrdering::Relaxed), |t, c| {
+            t.saturating_add(field(c).load(StdOrdering::Relaxed))
+        })
+    }
+
+    fn cells(&self) -> std::sync::MutexGuard<'_, Vec<Arc<ScopeCell>>> {
+        // Nothing panics while the lock is held.
+        self.0
+            .cells
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Count one charge on the shared statistics (relaxed, saturating,
+    /// never fails): the path for a tenant that is not entered on the
+    /// calling thread (a lease's, an async request's).
     #[inline]
     pub(crate) fn record(&self, amount: u64, wait_ns: u64) {
-        #[inline]
-        fn add(a: &StdAtomicU64, v: u64) {
-            if v == 0 {
-                return;
-            }
-            if v < 1 << 32 && a.load(StdOrdering::Relaxed) < 1 << 63 {
-                a.fetch_add(v, StdOrdering::Relaxed);
-                return;
-            }
-            let _ = a.fetch_update(StdOrdering::Relaxed, StdOrdering::Relaxed, |x| {
-                Some(x.saturating_add(v))
-            });
+        add_shared(&self.0.charged, amount);
+        add_shared(&self.0.wait_ns, wait_ns);
+    }
+
+    /// Count one charge as the calling thread's current tenant: into the
+    /// entered scope's own cell, else on the lease tenant's shared
+    /// statistics; nothing without a current tenant.
+    #[inline]
+    pub(crate) fn record_current(amount: u64, wait_ns: u64) {
+        let done = CURRENT
+            .try_with(|c| match c.borrow().as_ref() {
+                Some(e) => {
+                    e.cell.add_owned(amount, wait_ns);
+                    true
+                }
+                None => false,
+            })
+            .unwrap_or(false);
+        if !done && let Some(t) = crate::park::lease_tenant() {
+            t.record(amount, wait_ns);
         }
-        add(&self.0.charged, amount);
-        add(&self.0.wait_ns, wait_ns);
     }
 
     /// The process-unique id of this tenant.
@@ -195,9 +270,18 @@ impl Tenant {
     /// A tenant entered here takes precedence over the tenant of the
     /// thread's current CPU lease (see [`crate::LeaseHook::current_tenant`]).
     pub fn enter(&self) -> TenantScope {
-        let prev = CURRENT.with(|c| c.borrow_mut().replace(self.clone()));
+        let cell = Arc::new(ScopeCell::default());
+        self.cells().push(cell.clone());
+        let prev = CURRENT.with(|c| {
+            c.borrow_mut().replace(Entered {
+                tenant: self.clone(),
+                cell: cell.clone(),
+            })
+        });
         TenantScope {
             prev,
+            tenant: self.clone(),
+            cell,
             _not_send: PhantomData,
         }
     }
@@ -206,28 +290,10 @@ impl Tenant {
     /// [`Tenant::enter`], else the one its current CPU lease carries.
     pub fn current() -> Option<Tenant> {
         CURRENT
-            .try_with(|c| c.borrow().clone())
+            .try_with(|c| c.borrow().as_ref().map(|e| e.tenant.clone()))
             .ok()
             .flatten()
             .or_else(crate::park::lease_tenant)
-    }
-
-    /// Call `f` with the calling thread's current tenant, if any, without
-    /// cloning the handle when it was entered on this thread.
-    pub(crate) fn with_current(f: impl FnOnce(&Tenant)) {
-        let mut f = Some(f);
-        let _ = CURRENT.try_with(|c| {
-            if let Some(t) = c.borrow().as_ref()
-                && let Some(f) = f.take()
-            {
-                f(t);
-            }
-        });
-        if let Some(f) = f
-            && let Some(t) = crate::park::lease_tenant()
-        {
-            f(&t);
-        }
     }
 
     /// Whether the calling thread has a current tenant (no clone).
@@ -237,15 +303,24 @@ impl Tenant {
     }
 }
 
+/// The tenant entered on a thread, with the scope's own statistics cell.
+#[derive(Debug)]
+struct Entered {
+    tenant: Tenant,
+    cell: Arc<ScopeCell>,
+}
+
 thread_local! {
-    static CURRENT: RefCell<Option<Tenant>> = const { RefCell::new(None) };
+    static CURRENT: RefCell<Option<Entered>> = const { RefCell::new(None) };
 }
 
 /// While alive, a tenant is current on this thread; see [`Tenant::enter`].
 #[must_use = "the tenant is current only while this guard lives"]
 #[derive(Debug)]
 pub struct TenantScope {
-    prev: Option<Tenant>,
+    prev: Option<Entered>,
+    tenant: Tenant,
+    cell: Arc<ScopeCell>,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -253,6 +328,18 @@ impl Drop for TenantScope {
     fn drop(&mut self) {
         let prev = self.prev.take();
         let _ = CURRENT.try_with(|c| *c.borrow_mut() = prev);
+        // Move the cell's values to the shared statistics and forget it,
+        // under the lock readers take (see `ScopeCell`).
+        let mut cells = self.tenant.cells();
+        add_shared(
+            &self.tenant.0.charged,
+            self.cell.charged.load(StdOrdering::Relaxed),
+        );
+        add_shared(
+            &self.tenant.0.wait_ns,
+            self.cell.wait_ns.load(StdOrdering::Relaxed),
+        );
+        cells.retain(|c| !Arc::ptr_eq(c, &self.cell));
     }
 }
 

@@ -35,6 +35,7 @@
 
 mod bucket;
 mod clock;
+mod count;
 mod counters;
 mod error;
 mod fair;
@@ -46,7 +47,7 @@ mod wait;
 pub use bucket::{MAX_DEBT_NANO, MAX_RATE};
 #[cfg(any(feature = "test-util", test, loom))]
 pub use clock::ManualClock;
-pub use clock::{ClampState, Clock, MonotonicClock, sleep_abs_monotonic};
+pub use clock::{ClampState, Clock, ClockSource, MonotonicClock, sleep_abs_monotonic};
 pub use counters::ThrottleCounters;
 pub use error::ThrottleError;
 pub use fair::{

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::bucket::{Bucket, BucketError, MAX_DEBT_NANO};
 use crate::clock::{ClampState, Clock, MonotonicClock};
+use crate::count::Count;
 use crate::counters::{Blocked, LiveCounters, ThrottleCounters};
 use crate::error::ThrottleError;
 use crate::fair::{DEFAULT_TAU, FairGate, Tenant, Turn, Waiter};
@@ -353,6 +354,7 @@ impl ThrottlerBuilder {
             gate: FairGate::new(self.tau)?,
             clamp: (!clock.never_steps_back()).then(ClampState::new),
             bucket,
+            count: Count::new(self.limit != 0),
             live: LiveCounters::default(),
             limit: self.limit,
             limit_message: self.limit_message,
@@ -382,6 +384,8 @@ fn map_cfg_err(e: BucketError, rate: u64, burst_ns: u64) -> ThrottleError {
 #[derive(Debug)]
 pub struct Throttler {
     bucket: Bucket,
+    /// The lifetime count (exact when `limit` reads it, else striped).
+    count: Count,
     live: LiveCounters,
     limit: u64,
     limit_message: String,
@@ -527,7 +531,7 @@ impl Throttler {
     /// The lifetime count of charged tokens, saturating at `u64::MAX` (a
     /// statistic: with no lifetime limit it never fails a charge).
     pub fn count(&self) -> u64 {
-        self.bucket.count.load(Ordering::Relaxed)
+        self.count.load()
     }
 
     /// Whether this throttler limits a block device.
@@ -590,10 +594,13 @@ impl Throttler {
                 wait_ns = wait_ns.max(op.wait_ns);
             }
         }
-        let count = self.add_count(amount);
-        // A saturated count has passed every limit (none lies above
-        // u64::MAX), also `limit = u64::MAX`, which `count > limit` misses.
-        if self.limit != 0 && (count > self.limit || count == u64::MAX) {
+        // Exact (`Some`) exactly when a limit is set. A saturated count has
+        // passed every limit (none lies above u64::MAX), also
+        // `limit = u64::MAX`, which `count > limit` misses.
+        if let Some(count) = self.add_count(amount)
+            && self.limit != 0
+            && (count > self.limit || count == u64::MAX)
+        {
             return Err(ThrottleError::LimitExceeded {
                 name: self.name.clone(),
                 limit: self.limit,
@@ -607,40 +614,17 @@ impl Throttler {
         })
     }
 
-    /// Add `amount` to the lifetime count, saturating at `u64::MAX`; returns
-    /// the new count.
+    /// Add `amount` to the lifetime count, saturating at `u64::MAX`; the
+    /// new count when a lifetime limit is set (the count is then exact).
     ///
     /// The count is a statistic (ClickHouse's `count`), so it never fails a
     /// charge: past 2⁶⁴ it stays at `u64::MAX`, which then reads "at least
     /// 2⁶⁴ − 1". ClickHouse's `count += amount` wraps instead, and a wrapped
     /// count could slip back under a lifetime limit; a saturated one cannot,
     /// and [`Self::charge_level`] treats saturation as exceeding any limit.
-    ///
-    /// The common case is one `fetch_add`: while the count is below 2⁶³ and
-    /// the amount below 2³², the adds in flight at any instant (at most one
-    /// per thread, fewer than 2²² threads) sum to less than 2⁵⁴, so no reader
-    /// can ever observe a wrapped value. Anything else takes a CAS loop with
-    /// `saturating_add`, which never publishes a wrapped count. Relaxed
-    /// ordering throughout: nothing else is published through the count.
-    fn add_count(&self, amount: u64) -> u64 {
-        const FAST_AMOUNT: u64 = 1 << 32;
-        const FAST_COUNT: u64 = 1 << 63;
-        let count = &self.bucket.count;
-        if amount < FAST_AMOUNT && count.load(Ordering::Relaxed) < FAST_COUNT {
-            return count.fetch_add(amount, Ordering::Relaxed) + amount;
-        }
-        let mut cur = count.load(Ordering::Relaxed);
-        loop {
-            let next = cur.saturating_add(amount);
-            if next == cur {
-                // Saturated already (or a zero amount): nothing to publish.
-                return cur;
-            }
-            match count.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
-                Ok(_) => return next,
-                Err(actual) => cur = actual,
-            }
-        }
+    /// See the `count` module for the striped form.
+    fn add_count(&self, amount: u64) -> Option<u64> {
+        self.count.add(amount)
     }
 
     /// ClickHouse's `throttle`: charge here at once, wait for this level's
@@ -693,7 +677,7 @@ impl Throttler {
         };
         let Some(tenant) = tenant else {
             let f = self.charge_open(amount, max_block, after_ns, call)?;
-            Tenant::with_current(|t| t.record(amount, f.wait_ns));
+            Tenant::record_current(amount, f.wait_ns);
             return Ok(f);
         };
         let (cost, rate) = self.fair_cost(amount);

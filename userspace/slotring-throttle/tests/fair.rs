@@ -697,3 +697,66 @@ fn reservations_are_booked_in_the_fair_order() {
     );
     assert_eq!(t.count(), 60);
 }
+
+/// A tenant's statistics while threads enter and leave it and readers read:
+/// every read is at most the final total and never less than the previous
+/// read, and once every scope has ended the totals are exact (each thread's
+/// scope keeps its own cell; its end moves the cell into the tenant).
+#[test]
+fn tenant_statistics_are_exact_across_scopes_and_monotone_while_read() {
+    let t = Arc::new(Throttler::new(slotring_throttle::MAX_RATE).unwrap());
+    let tenant = Tenant::new("q", 1).unwrap();
+    let (threads, scopes, charges, amount) = (4u64, 50u64, 100u64, 4096u64);
+    let total = threads * scopes * charges * amount;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (tenant, done) = (tenant.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut last = 0;
+            let mut reads = 0u64;
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                let now = tenant.charged();
+                assert!(now >= last, "a read went back: {now} after {last}");
+                assert!(now <= total, "a read counted a byte twice: {now} > {total}");
+                last = now;
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let writers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (t, tenant) = (t.clone(), tenant.clone());
+            std::thread::spawn(move || {
+                for _ in 0..scopes {
+                    let _s = tenant.enter();
+                    for _ in 0..charges {
+                        t.throttle(amount, Duration::ZERO).unwrap();
+                    }
+                    // Inside the scope the thread's own charges are visible.
+                    assert!(tenant.charged() >= charges * amount);
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    assert!(reader.join().unwrap() > 0);
+    assert_eq!(tenant.charged(), total);
+    assert_eq!(t.count(), total, "the striped count sums every thread");
+    // Nested scopes of the same tenant on one thread keep separate cells.
+    let before = tenant.charged();
+    {
+        let _outer = tenant.enter();
+        t.throttle(1, Duration::ZERO).unwrap();
+        {
+            let _inner = tenant.enter();
+            t.throttle(10, Duration::ZERO).unwrap();
+        }
+        t.throttle(100, Duration::ZERO).unwrap();
+        assert_eq!(tenant.charged(), before + 111);
+    }
+    assert_eq!(tenant.charged(), before + 111);
+}
