@@ -281,9 +281,12 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
     let pins = pin_dir("run");
     let svg = dir.path().join("plot.svg");
     let rate: u64 = 16 << 20;
+    // The run must outlive the tools below (verify's 1 s window, the
+    // exporter, stats), which read its pins: on a machine loaded several
+    // times over they took longer than a 6 s run, and its pins were gone.
     let child = spawn_served(
         Command::new(bin())
-            .args(["run", "--duration", "6s", "--file-size", "128MiB"])
+            .args(["run", "--duration", "12s", "--file-size", "128MiB"])
             .args([
                 "--max-local-read-bandwidth",
                 "16MiB",
