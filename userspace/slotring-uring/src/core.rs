@@ -66,7 +66,11 @@
 //! way to the device; otherwise at the next writeback's CQE
 //! ([`Lifecycle::Syncing`] in between): so a request never has more pieces
 //! dirty and not yet on the device, and a device slower than the limit
-//! holds the writer back. The
+//! holds the writer back. Before a piece is booked it takes room under
+//! the writeback cap of its block-device throttlers, shared with every
+//! other request and ring (`cap.rs`); without room it books nothing and
+//! waits in [`Lifecycle::Capped`] for the ring's doorbell, and its start is
+//! paced so that a bucket's backlog never reaches the device at once. The
 //! writeback's CQE ([`Tag::Writeback`]) changes no result: pacing is not
 //! durability, `fsync` stays the caller's, and a failed or cancelled
 //! writeback only leaves the pages to the kernel's own flush. Only the
