@@ -6,8 +6,8 @@
 //!   up to 2 × cores slots, one thread per slot, releasing every 10 ms and
 //!   checkpointing `should_yield` every unit of work) plus short queries (a
 //!   pool of 4 threads, one query each per 20 ms: 10 units of work on a
-//!   non-competing slot; latency from its scheduled start). Three rounds of
-//!   3 s each of the static budget, a static budget of the cores (context:
+//!   non-competing slot; latency from its scheduled start). Four rounds of
+//!   4 s each of the static budget, a static budget of the cores (context:
 //!   `cores_work_per_s_cpu`, the best any budget does without a loop) and
 //!   the adaptive one, interleaved so other work on the machine meets all
 //!   three alike. The notes say how many CPUs the bench process got and
@@ -22,6 +22,14 @@
 //!   it: their p99).
 //! * (c) `_io`: `slotring run` (the IO-bound default workload) with
 //!   `--adaptive-budget` and `--no-adaptive-budget`.
+//!
+//! `ADAPTIVE_BENCH_TRACE=1` prints a trace of every run of (a) and (b), one
+//! line per 100 ms window (budget, slots in use, waiting allocations,
+//! run-queue share of running leases, CPUs of the bench, idle CPUs of the
+//! machine, work, grants, yields), and splits each short query's latency
+//! into its wake-up (scheduled start until its thread ran), its on-CPU time
+//! and the wait after it woke. `ADAPTIVE_BENCH_ONLY=a` stops after (a)
+//! (no JSON).
 //!
 //! A unit of CPU work is a fixed loop (`UNIT_ITERS` iterations). Runs as
 //! root (probes, cgroups). The whole bench runs in a cpu cgroup of its own
@@ -51,8 +59,8 @@ const SHORT_UNITS: u64 = 10;
 const QUANTUM: Duration = Duration::from_millis(10);
 const WINDOW: Duration = Duration::from_millis(100);
 /// Workload (a): interleaved rounds of each mode, seconds per run.
-const A_ROUNDS: usize = 3;
-const A_SECS: f64 = 3.0;
+const A_ROUNDS: usize = 4;
+const A_SECS: f64 = 4.0;
 
 fn unit() {
     let mut x = 0x9e37_79b9_u64;
@@ -281,6 +289,7 @@ fn physical_floor(hog_n: usize, cg: &Path) -> (f64, f64) {
         stop: AtomicBool::new(false),
         units: AtomicU64::new(0),
         short: Mutex::new(Vec::new()),
+        short_parts: Mutex::new(Vec::new()),
     });
     let threads: Vec<_> = (0..SHORT_THREADS)
         .map(|i| {
@@ -375,6 +384,17 @@ struct Shared {
     stop: AtomicBool,
     units: AtomicU64,
     short: Mutex<Vec<(Instant, f64)>>,
+    /// Trace mode: per short query (on-CPU ms from waking to the end, ms
+    /// from the scheduled start until its thread ran, latency ms).
+    short_parts: Mutex<Vec<(f64, f64, f64)>>,
+}
+
+/// `ADAPTIVE_BENCH_TRACE=1`: print a per-window trace of every run of (a)
+/// and (b) (budget, slots in use, waiting allocations, run-queue share of
+/// running leases, CPUs of the bench and idle CPUs of the machine, work)
+/// and split each short query's latency into run-queue wait and on-CPU.
+fn tracing() -> bool {
+    std::env::var_os("ADAPTIVE_BENCH_TRACE").is_some_and(|v| v == "1")
 }
 
 fn scan_thread(sh: Arc<Shared>, alloc: Arc<slotring::slots::Allocation>, max: Arc<AtomicU64>) {
@@ -419,6 +439,8 @@ fn short_thread(sh: Arc<Shared>, cc: Option<ConcurrencyControl>, offset: Duratio
         }
         let start = next;
         next += SHORT_EVERY * SHORT_THREADS as u32;
+        // Trace mode: (when the thread ran after its sleep, its CPU time then).
+        let ss0 = tracing().then(|| (start.elapsed(), thread_cpu()));
         match &cc {
             Some(cc) => {
                 let Ok(alloc) = cc.allocate(1, 1) else { break };
@@ -437,6 +459,13 @@ fn short_thread(sh: Arc<Shared>, cc: Option<ConcurrencyControl>, offset: Duratio
             }
         }
         let ms = start.elapsed().as_secs_f64() * 1e3;
+        if let Some((woke, c0)) = ss0 {
+            let cpu = (thread_cpu() - c0).as_secs_f64() * 1e3;
+            sh.short_parts
+                .lock()
+                .unwrap()
+                .push((cpu, woke.as_secs_f64() * 1e3, ms));
+        }
         sh.short.lock().unwrap().push((Instant::now(), ms));
     }
 }
@@ -486,6 +515,7 @@ fn cpu_run(
         stop: AtomicBool::new(false),
         units: AtomicU64::new(0),
         short: Mutex::new(Vec::new()),
+        short_parts: Mutex::new(Vec::new()),
     });
     let mut threads = Vec::new();
     for _ in 0..SCANS {
@@ -509,6 +539,10 @@ fn cpu_run(
             WINDOW,
         )
         .unwrap()
+    });
+    let tracer = tracing().then(|| {
+        let (sh, cc, mut probe) = (sh.clone(), cc.clone(), bpf.runq_probe());
+        std::thread::spawn(move || window_trace(mode, &sh, &cc, &mut probe))
     });
     let mut probe: RunqProbe = bpf.runq_probe();
     let _ = probe.sample();
@@ -551,6 +585,10 @@ fn cpu_run(
     for t in threads {
         let _ = t.join();
     }
+    if let Some(t) = tracer {
+        let _ = t.join();
+        short_split(mode, &sh);
+    }
     let (history, yields) = match ab.as_mut() {
         Some(ab) => {
             ab.stop();
@@ -564,6 +602,78 @@ fn cpu_run(
         yields,
         marks,
     }
+}
+
+/// Trace mode: one line per 100 ms window until the run stops.
+fn window_trace(mode: Mode, sh: &Shared, cc: &ConcurrencyControl, probe: &mut RunqProbe) {
+    let _ = probe.sample();
+    let mut clock = cpu_clock();
+    let mut units = sh.units.load(Ordering::Relaxed);
+    let mut c0 = cc.counters();
+    let mut t = Instant::now();
+    eprintln!(
+        "trace {mode:?}: t_s budget in_use waiters runq% bench_cpus idle_cpus work/s grants yields"
+    );
+    let start = t;
+    while !sh.stop.load(Ordering::Relaxed) {
+        std::thread::sleep(WINDOW);
+        let now = Instant::now();
+        let dt = (now - t).as_secs_f64();
+        let (rq, oc) = probe.sample().unwrap_or_default();
+        let c = cpu_clock();
+        let u = sh.units.load(Ordering::Relaxed);
+        let k = cc.counters();
+        eprintln!(
+            "trace {mode:?}: {:.1} {} {} {} {:.0} {:.2} {:.2} {:.0} {} {}",
+            (now - start).as_secs_f64(),
+            k.budget_effective,
+            k.cur_concurrency,
+            k.waiters,
+            rq as f64 * 100.0 / (rq + oc).max(1) as f64,
+            (c.0 - clock.0) / dt,
+            (c.1 - clock.1) / dt,
+            (u - units) as f64 / dt,
+            k.slots_granted - c0.slots_granted,
+            k.yields - c0.yields,
+        );
+        (clock, units, c0, t) = (c, u, k, now);
+    }
+}
+
+/// The calling thread's CPU time.
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map_or(Duration::ZERO, Duration::from)
+}
+
+/// Trace mode: the short queries' latency split into the wake-up (from the
+/// scheduled start until the thread ran), its on-CPU time, and the rest
+/// (waiting for a CPU or for the slot after it woke), at p50/p99 and for
+/// the slowest 1%.
+fn short_split(mode: Mode, sh: &Shared) {
+    let mut v = sh.short_parts.lock().unwrap().clone();
+    if v.is_empty() {
+        return;
+    }
+    v.sort_by(|a, b| a.2.total_cmp(&b.2));
+    let n = v.len();
+    let tail = &v[n - n.div_ceil(100)..];
+    let mean = |f: fn(&(f64, f64, f64)) -> f64| tail.iter().map(f).sum::<f64>() / tail.len() as f64;
+    let mut cpu: Vec<f64> = v.iter().map(|x| x.0).collect();
+    let mut rq: Vec<f64> = v.iter().map(|x| x.1).collect();
+    eprintln!(
+        "short {mode:?}: n {n}; latency p50 {:.2} p99 {:.2} ms; on-CPU p50 {:.2} p99 {:.2}; wake-up p50 {:.2} p99 {:.2}; slowest 1%: latency {:.2} = wake-up {:.2} + on-CPU {:.2} + waiting after it {:.2}",
+        v[n / 2].2,
+        v[(n * 99 / 100).min(n - 1)].2,
+        percentile(&mut cpu, 50.0),
+        percentile(&mut cpu, 99.0),
+        percentile(&mut rq, 50.0),
+        percentile(&mut rq, 99.0),
+        mean(|x| x.2),
+        mean(|x| x.1),
+        mean(|x| x.0),
+        mean(|x| x.2 - x.0 - x.1),
+    );
 }
 
 fn trace(h: &[BudgetPoint]) -> String {
@@ -743,6 +853,11 @@ fn main() {
         yields_a as f64,
         "(a) slots released by should_yield",
     );
+
+    if std::env::var_os("ADAPTIVE_BENCH_ONLY").is_some_and(|v| v == "a") {
+        eprintln!("ADAPTIVE_BENCH_ONLY=a: (a) only, no JSON written");
+        return;
+    }
 
     // (b) the hog: 3 s without, 6 s with, 3 s without.
     let events = [3.0, 9.0, 12.0];

@@ -171,6 +171,19 @@ fn wait_for_metrics(addr: SocketAddr, must_contain: &str) -> String {
 }
 
 fn wait_output(child: &mut Child, limit: Duration) -> Output {
+    // Drain the pipes while waiting: a report larger than the pipe buffer
+    // (a 12 s `run --json` writes ~70 KiB) would block the child's write
+    // and the child would never exit.
+    fn drain(r: Option<impl Read + Send + 'static>) -> JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    }
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if start.elapsed() > limit {
@@ -179,18 +192,10 @@ fn wait_output(child: &mut Child, limit: Duration) -> Output {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut out = Vec::new();
-    let mut err = Vec::new();
-    if let Some(mut o) = child.stdout.take() {
-        o.read_to_end(&mut out).unwrap();
-    }
-    if let Some(mut e) = child.stderr.take() {
-        e.read_to_end(&mut err).unwrap();
-    }
     Output {
         status: child.wait().unwrap(),
-        stdout: out,
-        stderr: err,
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
     }
 }
 
@@ -1857,7 +1862,18 @@ fn a_second_ctrl_c_still_removes_the_data_file_and_the_pins() {
         );
     }
     sigint(&run.child.0);
-    std::thread::sleep(Duration::from_millis(5));
+    // The second SIGINT only after the first was handled: two sent before
+    // the process runs are one pending signal (standard signals do not
+    // queue), which is what a loaded machine did to a fixed 5 ms gap.
+    let t = Instant::now();
+    while !run.stderr_so_far().contains("SIGINT, stopping") {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the first SIGINT was never handled: {}",
+            run.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     sigint(&run.child.0);
     let out = run.finish(Duration::from_secs(60));
     let err = String::from_utf8_lossy(&out.stderr);
