@@ -61,21 +61,10 @@ struct Served {
     addr: SocketAddr,
     stderr: Arc<Mutex<String>>,
     reader: Option<JoinHandle<()>>,
-    /// Reads a piped stdout while the child runs: a `--json` report larger
-    /// than the pipe's buffer (64 KiB: a 12 s run's is ~70 KiB) would
-    /// otherwise block the child's exit forever.
-    stdout: Option<JoinHandle<Vec<u8>>>,
 }
 
 fn spawn_served(cmd: &mut Command) -> Served {
     let mut child = Reap(cmd.stderr(Stdio::piped()).spawn().unwrap());
-    let stdout = child.0.stdout.take().map(|mut o| {
-        std::thread::spawn(move || {
-            let mut out = Vec::new();
-            let _ = o.read_to_end(&mut out);
-            out
-        })
-    });
     let pipe = child.0.stderr.take().unwrap();
     let stderr = Arc::new(Mutex::new(String::new()));
     let (tx, rx) = mpsc::channel();
@@ -106,7 +95,6 @@ fn spawn_served(cmd: &mut Command) -> Served {
         addr,
         stderr,
         reader: Some(reader),
-        stdout,
     }
 }
 
@@ -116,9 +104,6 @@ impl Served {
         let mut out = wait_output(&mut self.child.0, limit);
         if let Some(r) = self.reader.take() {
             r.join().unwrap();
-        }
-        if let Some(o) = self.stdout.take() {
-            out.stdout = o.join().unwrap();
         }
         out.stderr = self.stderr.lock().unwrap().clone().into_bytes();
         out
