@@ -162,6 +162,7 @@ struct uring_stats {
 	__u64 writeback_errors;
 	__u64 dirty_high_water_bytes;
 	__u64 page_cache_refund_bytes;
+	__u64 writeback_cap_waits;
 };
 
 /*

@@ -230,6 +230,29 @@ fn sampler(
     })
 }
 
+/// The writeback cap of our runs: the default, or `SLOTRING_WRITE_CAP_MS`
+/// (0: off, only the per-request depth), to compare settings.
+fn cap_setting() -> Option<Duration> {
+    match std::env::var("SLOTRING_WRITE_CAP_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        Some(0) => None,
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => Policy::default().writeback_cap,
+    }
+}
+
+/// The catch-up of our runs: the default, or
+/// `SLOTRING_WRITE_CATCH_UP_PERMILLE` (0: forfeit what the bucket collected
+/// while the device held the writers back).
+fn catch_up_setting() -> u32 {
+    std::env::var("SLOTRING_WRITE_CATCH_UP_PERMILLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(Policy::default().writeback_catch_up_permille)
+}
+
 /// One run's numbers.
 #[derive(Debug, Clone, Copy)]
 struct Run {
@@ -263,7 +286,7 @@ fn peak(windows: &[Window], pick: fn(&Window) -> u64) -> f64 {
 /// the machine's busy rate while nothing of ours runs): compare it on a
 /// quiet machine.
 fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run {
-    let limit: ThrottlePtr = Arc::new(
+    let throttler = Arc::new(
         Throttler::builder(LIMIT)
             .burst(BURST)
             .limits_block_device_bandwidth(true)
@@ -271,8 +294,11 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
             .build()
             .unwrap(),
     );
+    let limit: ThrottlePtr = throttler.clone();
     let policy = Policy {
         pace_writeback: paced,
+        writeback_cap: cap_setting(),
+        writeback_catch_up_permille: catch_up_setting(),
         ..Policy::default()
     };
     let share = TOTAL / writers as u64;
@@ -322,11 +348,14 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         .collect();
     let mut write_s: f64 = 0.0;
     let mut high_water = 0;
+    let mut cap_waits = 0;
     for h in handles {
         let (el, wb) = h.join().unwrap();
         write_s = write_s.max(el.as_secs_f64());
         high_water = high_water.max(wb.dirty_high_water_bytes);
+        cap_waits += wb.writeback_cap_waits;
     }
+    let cap_high = slotring_uring::writeback_high_water(&throttler).unwrap_or(0);
     let cpu = cpu_s() - cpu0;
     // Until every byte is on the device (bounded: the kernel's own flush
     // takes up to dirty_expire + one writeback interval).
@@ -339,20 +368,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     let machine = machine_cpu_s() - machine0;
     stop.store(true, Ordering::Relaxed);
     let windows = s.join().unwrap();
-    if std::env::var_os("SLOTRING_WRITE_DEBUG").is_some() {
-        // (MiB, write requests, ms) per window.
-        let mib: Vec<(f64, u64, u32)> = windows
-            .iter()
-            .map(|w| {
-                (
-                    (w.dev as f64 / MIB as f64 * 10.0).round() / 10.0,
-                    w.dev_ios,
-                    (w.secs * 1000.0) as u32,
-                )
-            })
-            .collect();
-        eprintln!("paced={paced} writers={writers}: device MiB per window {mib:?}");
-    }
+    debug_windows(&format!("paced={paced} writers={writers}"), &windows);
     drop(files);
     for p in &paths {
         let _ = std::fs::remove_file(p);
@@ -372,8 +388,8 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     eprintln!(
         "  {:<10} {writers} writer(s): peak {:.2}x (disk incl. neighbours {:.2}x), \
          rate error {:.2} %, throughput {:.3}, dirty max {:.1} MiB (engine high-water \
-         {:.2} MiB), {:.3} CPU s/GiB (machine, until on the device: {:.3}), written in {:.1} s, \
-         on the device {:.1} s later",
+         {:.2} MiB; under writeback at once {:.2} MiB, cap waits {cap_waits}), {:.3} CPU s/GiB \
+         (machine, until on the device: {:.3}), written in {:.1} s, on the device {:.1} s later",
         if paced { "paced" } else { "pagecache" },
         r.peak_ratio,
         r.host_peak_ratio,
@@ -381,6 +397,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         r.throughput_ratio,
         r.dirty_mb_max,
         high_water as f64 / MIB as f64,
+        cap_high as f64 / MIB as f64,
         r.cpu_s_per_gb,
         r.machine_cpu_s_per_gb,
         write_s,
@@ -389,10 +406,28 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     r
 }
 
-/// A fio candidate at the limit: peak ratio, dirty MiB max, CPU s/GiB.
-fn fio(dir: &Path, dev: &Path, host: &Path, name: &str, extra: &str) -> Result<(), String> {
-    let path = dir.join(format!("fio-{name}"));
-    let size = 256 * MIB;
+/// What one fio run at the limit showed.
+#[derive(Debug, Clone, Copy)]
+struct FioRun {
+    peak_ratio: f64,
+    host_peak_ratio: f64,
+    rate_error_pct: f64,
+    throughput_ratio: f64,
+    cpu_s_per_gb: f64,
+}
+
+/// fio writing `size` bytes at the limit (split over `jobs` jobs, each at
+/// its share of it, each in its own file) with `extra` options, measured
+/// by the same 100 ms sampler as ours, until every byte is on the device.
+fn fio(
+    dir: &Path,
+    dev: &Path,
+    host: &Path,
+    name: &str,
+    jobs: u64,
+    size: u64,
+    extra: &[&str],
+) -> Result<FioRun, String> {
     let stop = Arc::new(AtomicBool::new(false));
     let s = sampler(
         dev.to_path_buf(),
@@ -400,54 +435,97 @@ fn fio(dir: &Path, dev: &Path, host: &Path, name: &str, extra: &str) -> Result<(
         Arc::new(Mutex::new(Vec::new())),
         stop.clone(),
     );
-    let out = run_cmd(
-        "fio",
-        &[
-            "--name=w",
-            &format!("--filename={}", path.display()),
-            "--rw=write",
-            "--bs=256k",
-            "--ioengine=io_uring",
-            "--iodepth=1",
-            &format!("--size={size}"),
-            &format!("--rate={LIMIT}"),
-            extra,
-            "--output-format=json",
-        ],
-    );
-    // Let the kernel's flush of what fio left dirty finish (bounded).
-    let f = std::fs::File::open(&path).ok();
+    let t0 = Instant::now();
+    let mut args = vec![
+        "--name=w".to_owned(),
+        format!("--directory={}", dir.display()),
+        "--rw=write".to_owned(),
+        "--bs=256k".to_owned(),
+        "--ioengine=io_uring".to_owned(),
+        "--iodepth=1".to_owned(),
+        format!("--numjobs={jobs}"),
+        format!("--size={}", size / jobs),
+        format!("--rate={}", LIMIT / jobs),
+        "--group_reporting".to_owned(),
+        "--output-format=json".to_owned(),
+    ];
+    args.extend(extra.iter().map(|&e| e.to_owned()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_cmd("fio", &args);
+    let written_s = t0.elapsed().as_secs_f64();
+    // Until the kernel's flush of what fio left dirty is on the device
+    // (bounded): the files are w.<job>.0.
+    let files: Vec<std::fs::File> = (0..jobs)
+        .filter_map(|j| std::fs::File::open(dir.join(format!("w.{j}.0"))).ok())
+        .collect();
     let t = Instant::now();
-    while let Some(f) = &f {
-        let c = RealSyscalls
-            .cachestat(f.as_raw_fd(), 0, 0)
-            .unwrap_or_default();
-        if c.nr_dirty + c.nr_writeback == 0 || t.elapsed() > Duration::from_secs(60) {
+    loop {
+        let dirty: u64 = files
+            .iter()
+            .map(|f| {
+                RealSyscalls
+                    .cachestat(f.as_raw_fd(), 0, 0)
+                    .map_or(0, |c| c.nr_dirty + c.nr_writeback)
+            })
+            .sum();
+        if dirty == 0 || t.elapsed() > Duration::from_secs(90) {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+    std::thread::sleep(WINDOW);
+    let drained_s = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let windows = s.join().unwrap();
-    let _ = std::fs::remove_file(&path);
+    debug_windows(&format!("fio {name}"), &windows);
+    drop(files);
+    for j in 0..jobs {
+        let _ = std::fs::remove_file(dir.join(format!("w.{j}.0")));
+    }
     let text = out?;
     let start = text.find('{').ok_or("no JSON from fio")?;
     let v: serde_json::Value = serde_json::from_str(&text[start..]).map_err(|e| e.to_string())?;
     let job = &v["jobs"][0];
     let runtime_s = job["job_runtime"].as_f64().ok_or("no job_runtime")? / 1000.0;
+    // With --group_reporting the CPU percentages are of the group's
+    // summed job runtime.
     let cpu = (job["usr_cpu"].as_f64().unwrap_or(0.0) + job["sys_cpu"].as_f64().unwrap_or(0.0))
         / 100.0
         * runtime_s;
-    let bw = job["write"]["bw_bytes"].as_f64().unwrap_or(0.0);
+    let disk_total: u64 = windows.iter().map(|w| w.dev).sum();
+    let expected = LIMIT as f64 * drained_s;
+    let r = FioRun {
+        peak_ratio: peak(&windows, |w| w.dev),
+        host_peak_ratio: peak(&windows, |w| w.host),
+        rate_error_pct: (disk_total as f64 - expected).abs() / expected * 100.0,
+        throughput_ratio: size as f64 / written_s / LIMIT as f64,
+        cpu_s_per_gb: cpu / (size as f64 / GIB as f64),
+    };
     eprintln!(
-        "  fio {name:<22} peak {:.2}x (disk incl. neighbours {:.2}x), throughput {:.3}, \
-         {:.3} CPU s/GiB",
-        peak(&windows, |w| w.dev),
-        peak(&windows, |w| w.host),
-        bw / LIMIT as f64,
-        cpu / (size as f64 / GIB as f64)
+        "  fio {name:<28} peak {:.2}x (disk incl. neighbours {:.2}x), rate error {:.2} %, \
+         throughput {:.3}, {:.3} CPU s/GiB, on the device {:.1} s after fio ended",
+        r.peak_ratio,
+        r.host_peak_ratio,
+        r.rate_error_pct,
+        r.throughput_ratio,
+        r.cpu_s_per_gb,
+        drained_s - written_s
     );
-    Ok(())
+    Ok(r)
+}
+
+/// `SLOTRING_WRITE_DEBUG`: (MiB, write requests) of the measured device and
+/// MiB of the host disk, per window.
+fn debug_windows(what: &str, windows: &[Window]) {
+    if std::env::var_os("SLOTRING_WRITE_DEBUG").is_none() {
+        return;
+    }
+    let mib = |b: u64| (b as f64 / MIB as f64 * 10.0).round() / 10.0;
+    let per: Vec<(f64, u64, f64)> = windows
+        .iter()
+        .map(|w| (mib(w.dev), w.dev_ios, mib(w.host)))
+        .collect();
+    eprintln!("{what}: (device MiB, device write requests, host disk MiB) per window {per:?}");
 }
 
 fn host_dir() -> PathBuf {
@@ -499,7 +577,7 @@ fn main() {
     let mut report = Report::new("write");
     let host = host_dir();
     let host_stat = stat_of(&host);
-    let (loop_disk, dir, dev_stat) = fresh_disk(&host);
+    let (loop_disk, _dir, dev_stat) = fresh_disk(&host);
     eprintln!(
         "device {} (host disk {}); uptime: {}",
         dev_stat.display(),
@@ -526,22 +604,46 @@ fn main() {
     // report then lacks the baselines and is not written).
     let quick = std::env::var_os("SLOTRING_WRITE_QUICK").is_some();
     if quick {
+        eprintln!(
+            "writeback cap: {:?}, catch-up {} permille",
+            cap_setting(),
+            catch_up_setting()
+        );
         for writers in [1, 8] {
             fresh_run(&host, &host_stat, true, writers);
         }
         return;
     }
-    eprintln!("candidates at 32 MiB/s (fio, 256 MiB each):");
-    for (name, extra) in [
-        ("O_DSYNC", "--sync=dsync"),
-        ("O_DIRECT", "--direct=1"),
-        ("sync_file_range/write", "--sync_file_range=write:1"),
-    ] {
-        if let Err(e) = fio(&dir, &dev_stat, &host_stat, name, extra) {
-            eprintln!("  fio {name}: {e}");
-        }
-    }
     drop(loop_disk);
+    // The baseline: fio at the same rate with the best pacing it has, each
+    // on a fresh filesystem, 1 GiB like ours: direct IO (the device sees
+    // each 256 KiB write when fio issues it) by one job and by eight, and
+    // buffered writes each followed by fio's `sync_file_range` with our
+    // flags (wait_before, write, wait_after).
+    eprintln!("fio at 32 MiB/s (1 GiB each, each on a fresh filesystem):");
+    let mut fio_direct = Vec::new();
+    let mut fio_sfr = Vec::new();
+    for (name, jobs, extra, direct) in [
+        ("O_DIRECT, 1 job", 1, &["--direct=1"][..], true),
+        ("O_DIRECT, 8 jobs", 8, &["--direct=1"][..], true),
+        (
+            "buffered + sync_file_range(all 3), 1 job",
+            1,
+            &[
+                "--ioengine=psync",
+                "--sync_file_range=wait_before,write,wait_after:1",
+            ][..],
+            false,
+        ),
+    ] {
+        let (disk, dir, dev_stat) = fresh_disk(&host);
+        match fio(&dir, &dev_stat, &host_stat, name, jobs, TOTAL, extra) {
+            Ok(r) if direct => fio_direct.push(r),
+            Ok(r) => fio_sfr.push(r),
+            Err(e) => eprintln!("  fio {name}: {e}"),
+        }
+        drop(disk);
+    }
     eprintln!(
         "ours and the charge-at-page-cache behaviour (1 GiB each, each on a fresh filesystem):"
     );
@@ -602,6 +704,46 @@ fn main() {
         "write_machine_cpu_s_per_gb_pagecache",
         worst(&pagecache, |r| r.machine_cpu_s_per_gb),
         "same, pacing off (here the kernel flusher's writeback CPU is counted)",
+    );
+    let fio_worst =
+        |rs: &[FioRun], f: fn(&FioRun) -> f64| rs.iter().map(f).fold(f64::NAN, f64::max);
+    report.put(
+        "fio_write_disk_peak_ratio",
+        fio_worst(&fio_direct, |r| r.peak_ratio),
+        "baseline: fio --direct=1 --bs=256k --rate=32m (1 job and 8 at 4m each), peak 100 ms device write rate / limit, worst",
+    );
+    report.put(
+        "fio_write_disk_peak_ratio_sfr",
+        fio_worst(&fio_sfr, |r| r.peak_ratio),
+        "baseline: fio buffered, --sync_file_range=wait_before,write,wait_after:1, 1 job, same",
+    );
+    report.put(
+        "fio_write_disk_rate_error_pct",
+        fio_worst(&fio_direct, |r| r.rate_error_pct),
+        "baseline: fio --direct=1, |device bytes - limit x time| / (limit x time), %, worst",
+    );
+    report.put(
+        "fio_write_throughput_ratio",
+        fio_direct
+            .iter()
+            .map(|r| r.throughput_ratio)
+            .fold(f64::NAN, f64::min),
+        "baseline: fio --direct=1, bytes / fio's wall time / limit, worst",
+    );
+    report.put(
+        "fio_write_cpu_s_per_gb",
+        fio_worst(&fio_direct, |r| r.cpu_s_per_gb),
+        "baseline: fio --direct=1, fio's CPU s per GiB, worst",
+    );
+    report.put(
+        "write_host_disk_peak_ratio",
+        worst(&ours, |r| r.host_peak_ratio),
+        "the host disk under the loop device (neighbours included), peak window / limit, paced, worst",
+    );
+    report.put(
+        "fio_write_host_disk_peak_ratio",
+        fio_worst(&fio_direct, |r| r.host_peak_ratio),
+        "same for fio --direct=1",
     );
     report.put(
         "write_noise_peak_ratio",

@@ -66,7 +66,11 @@
 //! way to the device; otherwise at the next writeback's CQE
 //! ([`Lifecycle::Syncing`] in between): so a request never has more pieces
 //! dirty and not yet on the device, and a device slower than the limit
-//! holds the writer back. The
+//! holds the writer back. Before a piece is booked it takes room under
+//! the writeback cap of its block-device throttlers, shared with every
+//! other request and ring (`cap.rs`); without room it books nothing and
+//! waits in [`Lifecycle::Capped`] for the ring's doorbell, and its start is
+//! paced so that a bucket's backlog never reaches the device at once. The
 //! writeback's CQE ([`Tag::Writeback`]) changes no result: pacing is not
 //! durability, `fsync` stays the caller's, and a failed or cancelled
 //! writeback only leaves the pages to the kernel's own flush. Only the
@@ -86,11 +90,14 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
-use std::task::Waker;
+use std::task::{Wake, Waker};
 use std::time::Duration;
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use slotring_throttle::{Source, ThrottlePtr};
 
+use crate::cap::CapHold;
 use crate::counters::UringCounters;
 use crate::error::UringError;
 use crate::file::UringFile;
@@ -177,6 +184,12 @@ enum Lifecycle {
     /// the next piece is booked at the next writeback CQE, so a request
     /// never has more pieces dirty and not yet on the device.
     Syncing,
+    /// A paced write's next piece found no room under the writeback cap of
+    /// its block-device throttlers (see `cap.rs`): nothing of it is booked;
+    /// a `POLL_ADD` on the ring's doorbell eventfd is in flight
+    /// ([`Tag::CapWait`]), rung when any request of any engine releases
+    /// room on one of its caps; then the piece tries again.
+    Capped,
     /// The IO is in flight, but the timeout heading its chain failed (not
     /// `ETIME`, no cancel asked): the kernel fails the IO with `-ECANCELED`,
     /// and the request reports the timeout's error.
@@ -253,6 +266,13 @@ pub(crate) struct Req {
     /// Paced writes: bytes written whose writeback no successful (or
     /// failed, hence the kernel's) `SYNC_FILE_RANGE` has taken yet.
     unsynced: u64,
+    /// Paced writes: the bytes this request holds under the writeback caps
+    /// of its block-device throttlers (its pieces booked and not yet
+    /// completed by the device); given back at each writeback's CQE, and
+    /// whatever is left when the request goes quiet or is freed.
+    cap: CapHold,
+    /// `POLL_ADD`s on the doorbell ([`Tag::CapWait`]) whose CQE is not in.
+    cap_polls: u32,
     /// A read routed by probing the page cache ([`Route::Probe`]) that has
     /// issued no `RWF_NOWAIT` read yet (the disk-rate guard routed it by
     /// `cachestat`): after a throttle wait its IO is a re-probe (see
@@ -321,6 +341,37 @@ pub(crate) struct Core {
     dirty_unsubmitted: u64,
     cqes: Vec<Cqe>,
     pub(crate) completed: VecDeque<SlotId>,
+    /// Rung by a writeback cap's release (created on first use; declared
+    /// after `ring`, so it outlives every `POLL_ADD` on it: the ring's drop
+    /// waits for their CQEs first).
+    doorbell: Option<Arc<Doorbell>>,
+}
+
+/// The eventfd a [`Lifecycle::Capped`] request polls on the ring: a
+/// writeback cap wakes it from any thread (an eventfd write), and the
+/// ring's `POLL_ADD` completes inside whatever `io_uring_enter` the ring's
+/// owner is waiting in.
+#[derive(Debug)]
+struct Doorbell(EventFd);
+
+impl Wake for Doorbell {
+    fn wake(self: Arc<Self>) {
+        // Saturating the counter is impossible (one write per release);
+        // a failure leaves the request to the next release.
+        let _ = self.0.write(1);
+    }
+}
+
+impl Doorbell {
+    fn fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
+    }
+
+    /// Reset the counter (non-blocking: nothing to read is fine).
+    fn drain(&self) {
+        let _ = self.0.read();
+    }
 }
 
 fn sq_full(source: io::Error) -> UringError {
@@ -345,6 +396,7 @@ impl Core {
             dirty_unsubmitted: 0,
             cqes: Vec::new(),
             completed: VecDeque::new(),
+            doorbell: None,
         })
     }
 
@@ -388,6 +440,8 @@ impl Core {
             booked: 0,
             writebacks: 0,
             unsynced: 0,
+            cap: CapHold::default(),
+            cap_polls: 0,
             reprobe: false,
             owner: Owner::Waiting(None),
             state: Lifecycle::Starting,
@@ -445,8 +499,11 @@ impl Core {
                 value: len as u64,
             });
         }
-        self.req(id).paced =
-            self.policy.writeback(op, &file, throttle.as_ref()) == Writeback::Paced;
+        let paced = self.policy.writeback(op, &file, throttle.as_ref()) == Writeback::Paced;
+        self.req(id).paced = paced;
+        if paced {
+            self.req(id).cap = CapHold::for_chain(self.policy, throttle.as_ref());
+        }
         match self.policy.route(op, &file, throttle.as_ref()) {
             Route::Device => self.charge_then_io(id, prebooked_ns),
             Route::PageCache => self.known_hit_io(id),
@@ -505,6 +562,7 @@ impl Core {
             | Lifecycle::WaitFailed { .. }
             | Lifecycle::WaitDecides
             | Lifecycle::Syncing
+            | Lifecycle::Capped
             | Lifecycle::Completed(_) => unreachable!("{next:?} is entered on a CQE, not queued"),
         };
         let paced = matches!(
@@ -570,6 +628,14 @@ impl Core {
     /// and queue the IO, behind one timeout if a wait results.
     fn charge_then_io(&mut self, id: SlotId, after_ns: u64) -> Result<(), UringError> {
         let amount = self.chargeable(id);
+        if self.req(id).paced && self.req(id).cap.is_capped() {
+            // Room under the writeback caps first: nothing is booked for a
+            // piece that cannot go to the device yet.
+            let waker = Waker::from(self.doorbell()?);
+            if !self.req(id).cap.try_acquire(amount, &waker) {
+                return self.enter_capped(id);
+            }
+        }
         let r = self.req(id);
         if r.paced {
             r.booked = r.done + amount as usize;
@@ -581,6 +647,13 @@ impl Core {
             r.max_block,
             after_ns,
         )?;
+        // The backlog a bucket collected while the device held the
+        // writers back drains at most at the catch-up rate.
+        let delay = if r.paced {
+            r.cap.pace(delay, amount)
+        } else {
+            delay
+        };
         // A read that waits re-probes the page cache when the wait ends
         // (another reader may have brought its bytes in meanwhile).
         let kind = if delay > 0 && r.reprobe {
@@ -605,6 +678,93 @@ impl Core {
             (Some(deadline_ns), PreIoWait::Linked) => Lifecycle::Linked { io, deadline_ns },
         };
         self.queue(id, next)
+    }
+
+    /// The ring's doorbell (an eventfd, created on first use).
+    fn doorbell(&mut self) -> Result<Arc<Doorbell>, UringError> {
+        if let Some(d) = &self.doorbell {
+            return Ok(d.clone());
+        }
+        let efd =
+            EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(|e| {
+                UringError::Ring {
+                    what: "eventfd (the writeback cap's doorbell)",
+                    source: io::Error::from(e),
+                }
+            })?;
+        let d = Arc::new(Doorbell(efd));
+        self.doorbell = Some(d.clone());
+        Ok(d)
+    }
+
+    /// The next piece of `id` found no room under its writeback caps (its
+    /// waker, the doorbell, is registered with the cap that refused): wait
+    /// for the doorbell, with one `POLL_ADD` armed at a time.
+    fn enter_capped(&mut self, id: SlotId) -> Result<(), UringError> {
+        let fd = self.doorbell()?.fd();
+        self.counters.writeback_cap_waits += 1;
+        self.set_state(id, Lifecycle::Capped);
+        if self.req(id).cap_polls == 0 {
+            let full = self.ring.push_cap_wait(id, fd);
+            self.counters.sq_full += full.map_err(sq_full)?;
+            self.req(id).cap_polls += 1;
+        }
+        Ok(())
+    }
+
+    /// A doorbell `POLL_ADD` of `id` completed (rung, or cancelled). The
+    /// doorbell is drained, so every capped request of this ring tries
+    /// again now (their own polls would not fire for this ring).
+    fn on_cap_wait(&mut self, id: SlotId) -> Result<(), UringError> {
+        let r = self.req(id);
+        r.cap_polls = r.cap_polls.saturating_sub(1);
+        if let Some(d) = &self.doorbell {
+            d.drain();
+        }
+        let others: Vec<SlotId> = self
+            .ring
+            .live()
+            .into_iter()
+            .filter(|&c| {
+                c != id
+                    && self
+                        .ring
+                        .data(c)
+                        .is_some_and(|r| matches!(r.state, Lifecycle::Capped))
+            })
+            .collect();
+        for c in others {
+            if let Err(e) = self.retry_capped(c) {
+                self.finish(c, Err(e));
+            }
+        }
+        self.retry_capped(id)
+    }
+
+    /// A [`Lifecycle::Capped`] request tries its piece again. One that goes
+    /// on with its poll still armed cancels it (the poll's CQE, rung or
+    /// cancelled, then only counts); one cancelled ends at its last poll's
+    /// CQE.
+    fn retry_capped(&mut self, id: SlotId) -> Result<(), UringError> {
+        let r = self.req(id);
+        if !matches!(r.state, Lifecycle::Capped) {
+            return Ok(());
+        }
+        if r.owner.cancel_requested() {
+            return if r.cap_polls == 0 {
+                Err(UringError::Cancelled)
+            } else {
+                Ok(())
+            };
+        }
+        let armed = r.cap_polls > 0;
+        self.charge_then_io(id, 0)?;
+        if armed && !matches!(self.req(id).state, Lifecycle::Capped) {
+            // On failure the poll completes at the next ring of the
+            // doorbell instead.
+            let _ = self.ring.push_cancel(id, &[Tag::CapWait]);
+        }
+        Ok(())
     }
 
     fn book_wait(&mut self, id: SlotId, delay_ns: u64) -> Option<u64> {
@@ -776,6 +936,7 @@ impl Core {
             Lifecycle::Held { .. } | Lifecycle::WaitDecides => &[Tag::Wait],
             Lifecycle::PostWait { .. } => &[Tag::PostWait],
             Lifecycle::Syncing => &[Tag::Writeback],
+            Lifecycle::Capped => &[Tag::CapWait],
             Lifecycle::Starting | Lifecycle::Completed(_) => return,
         };
         // On failure the chain still completes on its own; only the hurry
@@ -865,6 +1026,7 @@ impl Core {
             }
             Tag::Io => self.on_io(id, c.res),
             Tag::Writeback => self.on_writeback(id, c.res),
+            Tag::CapWait => self.on_cap_wait(id),
         };
         if let Err(e) = advanced {
             self.finish(id, Err(e));
@@ -877,6 +1039,7 @@ impl Core {
             // Nothing of it is in flight any more: its written bytes are
             // the device's or the kernel flusher's now.
             self.dirty_unsubmitted -= std::mem::take(&mut r.unsynced);
+            r.cap.release_all();
         }
         if matches!(r.owner, Owner::Ignored) {
             self.release_if_quiet(id);
@@ -1071,6 +1234,9 @@ impl Core {
         // request's last CQE is in is settled then (in `on_cqe`).
         let unsynced = r.unsynced.min(WRITEBACK_PIECE);
         r.unsynced -= unsynced;
+        // The piece is on the device (or left to the kernel's flush): its
+        // room under the caps goes to the next piece of any request.
+        r.cap.release(WRITEBACK_PIECE);
         let cancel = r.owner.cancel_requested();
         self.dirty_unsubmitted -= unsynced;
         match res {

@@ -38,6 +38,9 @@ slotring_counters::counter_set! {
         gauge dirty_high_water_bytes: "High-water mark of paced bytes written and not yet completed by the device.",
         /// Also counted in `page_cache_bytes`.
         counter page_cache_refund_bytes: "Bytes charged as a miss but found in the page cache when their throttle wait ended, given back to the disk throttler.",
+        /// Each waits, booking nothing, until a writeback of the same
+        /// block-device throttler completes.
+        counter writeback_cap_waits: "Paced write pieces that found no room under their block-device throttler's writeback cap.",
     }
 }
 

@@ -70,6 +70,7 @@
 #![deny(unsafe_code)]
 
 mod blocking;
+mod cap;
 mod core;
 mod counters;
 mod engine;
@@ -87,6 +88,7 @@ mod tokio;
 mod wait;
 
 pub use crate::blocking::{Completion, Ticket, UringEngine};
+pub use crate::cap::{writeback_high_water, writeback_in_flight};
 pub use crate::counters::UringCounters;
 #[cfg(feature = "test-util")]
 pub use crate::engine::open_engine_with;

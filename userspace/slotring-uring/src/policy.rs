@@ -37,6 +37,12 @@
 //!   receives the bytes at the throttled pace and no writer keeps more than
 //!   a piece dirty and unsubmitted ([`Policy::writeback`]). Pacing changes no
 //!   durability: `fsync` stays the caller's.
+//! * **Writeback in flight per device.** Paced pieces charged to a
+//!   rate-limited block-device throttler share one cap on the bytes under
+//!   writeback ([`Policy::writeback_cap_bytes`]) and, after the device held
+//!   them back, drain the bucket's backlog at most at
+//!   [`Policy::catch_up_rate`]
+//!   (`cap.rs` carries both out, for every engine).
 //! * **Booking.** Bytes are booked on the chain as [`Source::Device`] or
 //!   [`Source::PageCache`], each charge after the delay already booked
 //!   ([`book`]).
@@ -108,6 +114,23 @@ pub struct Policy {
     /// latency above that costs throughput); the default 4 covers 31 ms of
     /// device latency at 32 MiB/s with 1 MiB dirty per request.
     pub writeback_depth: NonZeroU32,
+    /// Paced writes: how much of a block-device throttler's rate may be
+    /// under writeback (booked and not yet completed by the device) at once,
+    /// for every request of every engine that charges it together (at least
+    /// one piece). It bounds what completes together after the device
+    /// stalls; pieces that find no room wait for another's writeback to
+    /// complete, and the backlog the bucket collected meanwhile drains at
+    /// most a little above the rate (`writeback_catch_up_permille`). `None`: only the
+    /// per-request `writeback_depth` applies. Default 16 ms (512 KiB at
+    /// 32 MiB/s); see ARCHITECTURE.md for the measurements.
+    pub writeback_cap: Option<Duration>,
+    /// Paced writes under a writeback cap: how far above a block-device
+    /// throttler's rate its pieces may start while its bucket spends what
+    /// it collected when the device held the writers back, in thousandths
+    /// of the rate (default 31: 3.1 %). 0 starts pieces at most at the rate
+    /// itself: what the bucket collected meanwhile is never caught up
+    /// (forfeited).
+    pub writeback_catch_up_permille: u32,
 }
 
 impl Default for Policy {
@@ -117,6 +140,8 @@ impl Default for Policy {
             disk_rate_guard: true,
             pace_writeback: true,
             writeback_depth: NonZeroU32::new(4).expect("4 is not 0"),
+            writeback_cap: Some(Duration::from_millis(16)),
+            writeback_catch_up_permille: 31,
         }
     }
 }
@@ -204,6 +229,26 @@ impl Policy {
         } else {
             Writeback::Kernel
         }
+    }
+
+    /// The cap on bytes under writeback of a block-device throttler of
+    /// `rate` bytes/s: `writeback_cap` of its rate, at least one piece;
+    /// `None` when off.
+    pub(crate) fn writeback_cap_bytes(self, rate: u64) -> Option<u64> {
+        let d = self.writeback_cap?;
+        let bytes = u128::from(rate) * d.as_nanos() / 1_000_000_000;
+        Some(
+            u64::try_from(bytes)
+                .unwrap_or(u64::MAX)
+                .max(WRITEBACK_PIECE),
+        )
+    }
+
+    /// The pacer's rate of a block-device throttler of `rate` bytes/s (see
+    /// `cap.rs`): `writeback_catch_up_permille` above it.
+    pub(crate) fn catch_up_rate(self, rate: u64) -> u64 {
+        let above = u128::from(rate) * u128::from(self.writeback_catch_up_permille) / 1000;
+        rate.saturating_add(u64::try_from(above).unwrap_or(u64::MAX))
     }
 
     /// The disk-rate guard: whether some rate-limited block-device bucket in
@@ -432,6 +477,25 @@ mod tests {
         user.reserve(2 * tokens, UNLIMITED_BLOCK, 0, Source::Device)
             .unwrap();
         assert!(!on.guard_engaged(Some(&user), 1));
+    }
+
+    #[test]
+    fn the_writeback_cap_is_a_share_of_the_rate_and_at_least_a_piece() {
+        let on = Policy::default();
+        // 16 ms of 32 MiB/s: room for two pieces, not three.
+        assert_eq!(on.writeback_cap_bytes(32 << 20), Some(536_870));
+        assert_eq!(on.writeback_cap_bytes(1 << 20), Some(WRITEBACK_PIECE));
+        let off = Policy {
+            writeback_cap: None,
+            ..Policy::default()
+        };
+        assert_eq!(off.writeback_cap_bytes(32 << 20), None);
+        assert_eq!(on.catch_up_rate(1000), 1031);
+        let forfeit = Policy {
+            writeback_catch_up_permille: 0,
+            ..Policy::default()
+        };
+        assert_eq!(forfeit.catch_up_rate(1000), 1000);
     }
 
     #[test]

@@ -5,10 +5,12 @@
 
 use std::io;
 use std::sync::Arc;
+use std::task::{Wake, Waker};
 use std::time::Duration;
 
 use slotring_throttle::{Source, ThrottlePtr, park_current_lease, sleep_abs_monotonic};
 
+use crate::cap::CapHold;
 use crate::counters::UringCounters;
 use crate::engine::IoEngine;
 use crate::error::{BufResult, UringError};
@@ -29,6 +31,15 @@ impl std::fmt::Debug for PreadEngine {
         f.debug_struct("PreadEngine")
             .field("policy", &self.policy)
             .finish()
+    }
+}
+
+/// Wakes a thread parked for room under a writeback cap.
+struct Unpark(std::thread::Thread);
+
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
     }
 }
 
@@ -190,7 +201,7 @@ impl PreadEngine {
             self.counters.page_cache_hits += 1;
             self.counters.page_cache_bytes += pc as u64;
         }
-        self.charge(throttle, max_block, pc as u64, disk as u64)?;
+        self.charge(throttle, max_block, pc as u64, disk as u64, None)?;
         self.counters.reads += 1;
         self.counters.read_bytes += done as u64;
         Ok(done)
@@ -204,9 +215,13 @@ impl PreadEngine {
         max_block: Duration,
         pc: u64,
         disk: u64,
+        cap: Option<&CapHold>,
     ) -> Result<(), UringError> {
         let delay = policy::book(throttle, pc, Source::PageCache, max_block, 0)?;
         let delay = policy::book(throttle, disk, Source::Device, max_block, delay)?;
+        // A paced piece: the backlog a bucket collected while the device
+        // held the writers back drains at most at the catch-up rate.
+        let delay = cap.map_or(delay, |c| c.pace(delay, disk));
         if delay > 0 {
             self.counters.waits_submitted += 1;
             self.counters.wait_us += delay / 1_000;
@@ -249,11 +264,41 @@ impl PreadEngine {
             buf.len().max(1)
         };
         let depth = self.policy.writeback_depth.get() as usize;
+        // Paced: room under the writeback caps of the chain's block-device
+        // throttlers, held from before a piece's `pwrite` until the device
+        // has completed it (given back on every way out: drop).
+        let mut cap = if paced {
+            CapHold::for_chain(self.policy, throttle)
+        } else {
+            CapHold::default()
+        };
+        let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
         // Paced: the request's bytes before this offset are on the device.
         let mut landed = 0;
         let mut done = 0;
         while done < buf.len() {
             let end = (done + piece).min(buf.len());
+            while !cap.try_acquire((end - done) as u64, &waker) {
+                self.counters.writeback_cap_waits += 1;
+                if landed < done {
+                    // Our own pieces hold room: complete them first.
+                    if self
+                        .sys
+                        .sync_file_range(fd, offset + landed as u64, (done - landed) as u64, true)
+                        .is_err()
+                    {
+                        self.counters.writeback_errors += 1;
+                    }
+                    cap.release((done - landed) as u64);
+                    landed = done;
+                    continue;
+                }
+                // Another request's writeback completes and wakes us
+                // (registered under the cap's lock, and an unpark before
+                // the park is kept: no lost wake-up).
+                let _lease = park_current_lease();
+                std::thread::park();
+            }
             let moved = self.transfer(Op::Write, offset, end, done, |sys, at| {
                 sys.pwrite(fd, &buf[at..end], offset + at as u64)
             });
@@ -312,12 +357,13 @@ impl PreadEngine {
                     {
                         self.counters.writeback_errors += 1;
                     }
+                    cap.release(len);
                     landed = upto;
                 }
             }
             done = end;
             let (pc, disk) = if in_memory { (n, 0) } else { (0, n) };
-            if let Err(e) = self.charge(throttle, max_block, pc, disk) {
+            if let Err(e) = self.charge(throttle, max_block, pc, disk, Some(&cap)) {
                 self.counters.write_bytes += done as u64;
                 return Err(e);
             }

@@ -298,6 +298,10 @@ pub(crate) enum Tag {
     /// The `IORING_OP_SYNC_FILE_RANGE` linked behind a paced write
     /// ([`IoKind::PacedWrite`]).
     Writeback = 4,
+    /// A paced write's piece waiting for room under the writeback cap of
+    /// its block-device throttlers: an `IORING_OP_POLL_ADD(POLLIN)` on the
+    /// ring's doorbell eventfd, which a cap's release rings.
+    CapWait = 5,
 }
 
 /// Bits of `user_data` that hold the [`Tag`]; the slot index is above them.
@@ -316,7 +320,8 @@ impl Tag {
             1 => Tag::Wait,
             2 => Tag::Cancel,
             3 => Tag::PostWait,
-            _ => Tag::Writeback,
+            4 => Tag::Writeback,
+            _ => Tag::CapWait,
         }
     }
 }
@@ -768,6 +773,15 @@ impl<T> Ring<T> {
         self.push_entries(id, &[t])
     }
 
+    /// Queue a one-shot `POLL_ADD(POLLIN)` on `fd` (the core's doorbell
+    /// eventfd), tagged [`Tag::CapWait`]. It points at no memory of ours.
+    pub(crate) fn push_cap_wait(&mut self, id: SlotId, fd: RawFd) -> io::Result<u64> {
+        let e = opcode::PollAdd::new(types::Fd(fd), libc::POLLIN as u32)
+            .build()
+            .user_data(user_data(id.index, Tag::CapWait));
+        self.push_entries(id, &[e])
+    }
+
     /// Queue `ASYNC_CANCEL`s for the slot's IO and its wait.
     pub(crate) fn push_cancel(&mut self, id: SlotId, tags: &[Tag]) -> io::Result<u64> {
         let entries: Vec<squeue::Entry> = tags
@@ -891,7 +905,7 @@ impl<T> Drop for Ring<T> {
             .filter(|&id| self.outstanding(id) > 0)
             .collect();
         for id in ids {
-            let _ = self.push_cancel(id, &[Tag::Wait, Tag::Io, Tag::PostWait]);
+            let _ = self.push_cancel(id, &[Tag::Wait, Tag::Io, Tag::PostWait, Tag::CapWait]);
         }
         let mut sink = Vec::new();
         let mut spins = 0u32;
