@@ -1,5 +1,6 @@
 //! [`Throttler`]: ClickHouse's `Throttler`, with an exact lock-free bucket.
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -350,6 +351,7 @@ impl ThrottlerBuilder {
             None
         };
         Ok(Throttler {
+            attachments: std::sync::Mutex::new(Vec::new()),
             ops,
             gate: FairGate::new(self.tau)?,
             clamp: (!clock.never_steps_back()).then(ClampState::new),
@@ -400,6 +402,8 @@ pub struct Throttler {
     gate: FairGate,
     /// The operations bucket (one token per charge), if limited.
     ops: Option<Bucket>,
+    /// State other layers keep per throttler ([`Throttler::attachment`]).
+    attachments: std::sync::Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
 }
 
 /// What one level decided, before any waiting.
@@ -508,6 +512,37 @@ impl Throttler {
             Some(c) => c.clamp(raw),
             None => raw,
         }
+    }
+
+    /// This throttler's attachment of type `T`, created with `T::default()`
+    /// on first use: state that another layer keeps per throttler (the
+    /// io_uring engine's writeback cap of a block-device throttler) without
+    /// this crate knowing what it is. One per type; it lives as long as the
+    /// throttler, so two throttlers never share one.
+    pub fn attachment<T: Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let mut all = self.attachments();
+        for a in all.iter() {
+            if let Ok(t) = a.clone().downcast::<T>() {
+                return t;
+            }
+        }
+        let t = Arc::new(T::default());
+        all.push(t.clone());
+        t
+    }
+
+    fn attachments(&self) -> std::sync::MutexGuard<'_, Vec<Arc<dyn Any + Send + Sync>>> {
+        // Nothing panics while it is held.
+        self.attachments
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// This throttler's attachment of type `T`, if one was created.
+    pub fn attachment_if_any<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.attachments()
+            .iter()
+            .find_map(|a| a.clone().downcast::<T>().ok())
     }
 
     /// The parent, if any.

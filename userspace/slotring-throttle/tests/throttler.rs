@@ -612,3 +612,40 @@ fn operations_limit_has_a_burst_and_changes_at_run_time() {
     );
     plain.set_max_ops(0).unwrap();
 }
+
+/// An attachment is one per type and per throttler, created on first use.
+#[test]
+fn attachments_are_one_per_type_and_throttler() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    #[derive(Default)]
+    struct Mine(AtomicU64);
+    let a = Throttler::new(1 << 20).unwrap();
+    let b = Throttler::new(1 << 20).unwrap();
+    assert!(
+        a.attachment_if_any::<Mine>().is_none(),
+        "none before first use"
+    );
+    a.attachment::<Mine>().0.store(7, Ordering::Relaxed);
+    assert_eq!(
+        a.attachment::<Mine>().0.load(Ordering::Relaxed),
+        7,
+        "the same one"
+    );
+    assert_eq!(
+        a.attachment_if_any::<Mine>()
+            .unwrap()
+            .0
+            .load(Ordering::Relaxed),
+        7
+    );
+    assert_eq!(
+        b.attachment::<Mine>().0.load(Ordering::Relaxed),
+        0,
+        "another throttler has its own"
+    );
+    assert_eq!(
+        *a.attachment::<u32>(),
+        0,
+        "another type is another attachment"
+    );
+}

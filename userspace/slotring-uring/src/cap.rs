@@ -34,14 +34,11 @@
 //!
 //! # Identity and lifetime
 //!
-//! The throttle crate knows nothing of writeback, so the caps live here, in
-//! a process-wide registry keyed by the throttler's address. A request
-//! holds the [`Arc`] of its caps (and its chain holds the throttlers), so a
-//! cap in use always belongs to a live throttler. An idle entry (nothing
-//! under writeback) may outlive its throttler and be found again by a new
-//! throttler at the same address: its pacer's next start is then clamped to
-//! at most one piece ahead (what an idle cap can legitimately owe), so it
-//! behaves as a fresh cap would within one piece's time.
+//! The throttle crate knows nothing of writeback: a throttler keeps the cap
+//! as an opaque typed attachment ([`Throttler::attachment`]), created at its
+//! first paced write and dropped with the throttler, so two throttlers never
+//! share a cap. A request holds the [`Arc`] of its caps (and its chain holds
+//! the throttlers).
 //!
 //! # Locking
 //!
@@ -49,8 +46,8 @@
 //! syscall, no wake-up under it: wakers are woken after it is released);
 //! one acquire and one release per 256 KiB piece.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 
 use slotring_throttle::{Clock, ThrottlePtr, Throttler};
@@ -160,23 +157,10 @@ impl WritebackCap {
     }
 }
 
-type Registry = Mutex<HashMap<usize, Arc<WritebackCap>>>;
-
-fn registry() -> &'static Registry {
-    static CAPS: OnceLock<Registry> = OnceLock::new();
-    CAPS.get_or_init(Registry::default)
-}
-
-/// The cap of throttler `t` (created on first use).
+/// The cap of throttler `t` (created on first use), kept as the
+/// throttler's attachment: it lives exactly as long as the throttler.
 pub(crate) fn cap_of(t: &Throttler) -> Arc<WritebackCap> {
-    let key = std::ptr::from_ref(t) as usize;
-    let mut map = registry().lock().unwrap_or_else(|e| e.into_inner());
-    if map.len() >= 256 {
-        // Forget idle caps nobody holds (a throttler dropped, or idle: a
-        // fresh cap behaves the same within one piece, see the module docs).
-        map.retain(|_, c| Arc::strong_count(c) > 1 || c.in_flight() > 0);
-    }
-    map.entry(key).or_default().clone()
+    t.attachment::<WritebackCap>()
 }
 
 /// One cap a request charges: the throttler's cap with the limits its rate
@@ -285,16 +269,13 @@ impl Drop for CapHold {
 /// paced writes charging that block-device throttler), `None` if no paced
 /// write has charged it.
 pub fn writeback_high_water(t: &Throttler) -> Option<u64> {
-    let key = std::ptr::from_ref(t) as usize;
-    let map = registry().lock().unwrap_or_else(|e| e.into_inner());
-    map.get(&key).map(|c| c.high_water())
+    t.attachment_if_any::<WritebackCap>()
+        .map(|c| c.high_water())
 }
 
 /// Bytes under writeback now for `t` (see [`writeback_high_water`]).
 pub fn writeback_in_flight(t: &Throttler) -> Option<u64> {
-    let key = std::ptr::from_ref(t) as usize;
-    let map = registry().lock().unwrap_or_else(|e| e.into_inner());
-    map.get(&key).map(|c| c.in_flight())
+    t.attachment_if_any::<WritebackCap>().map(|c| c.in_flight())
 }
 
 #[cfg(test)]
