@@ -127,6 +127,7 @@ impl AcquiredSlot {
             index,
             token,
             cpu_due: Cell::new(Instant::now() + CPU_YIELD_INTERVAL),
+            last_checkpoint: Cell::new(Instant::now()),
             cpu_yields: Cell::new(0),
             _not_send: PhantomData,
         }
@@ -158,6 +159,8 @@ pub struct CurrentLease<'a> {
     token: u64,
     /// When [`CurrentLease::checkpoint`] next gives the CPU away.
     cpu_due: Cell<Instant>,
+    /// When it was last called.
+    last_checkpoint: Cell<Instant>,
     /// How often it did.
     cpu_yields: Cell<u64>,
     _not_send: PhantomData<*const ()>,
@@ -182,9 +185,19 @@ impl CurrentLease<'_> {
     /// short query that just woke — runs now instead of at the end of this
     /// thread's slice. The slot stays held; the kernel's fair share is
     /// unchanged (EEVDF moves the yielder's deadline back by one slice).
+    ///
+    /// The interval counts only time spent between checkpoints that follow
+    /// each other within the interval: a gap longer than that (an IO wait,
+    /// a parked lease, a long unit) restarts it, so an IO-bound holder,
+    /// which leaves the CPU by itself, never yields here. (Yielding after
+    /// every read made its own wait in the run queue the adaptive loop's
+    /// input: `slotring run` fell to a budget of 1.2.)
     pub fn checkpoint(&self) -> bool {
         let now = Instant::now();
-        if now >= self.cpu_due.get() {
+        let gap = now.saturating_duration_since(self.last_checkpoint.replace(now));
+        if gap > CPU_YIELD_INTERVAL {
+            self.cpu_due.set(now + CPU_YIELD_INTERVAL);
+        } else if now >= self.cpu_due.get() {
             self.cpu_due.set(now + CPU_YIELD_INTERVAL);
             self.cpu_yields.set(self.cpu_yields.get() + 1);
             std::thread::yield_now();

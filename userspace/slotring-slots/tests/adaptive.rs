@@ -83,6 +83,14 @@ fn checkpoint_is_should_yield_plus_a_cpu_yield_per_interval() {
         let bound = (elapsed.as_nanos() / CPU_YIELD_INTERVAL.as_nanos()) as u64;
         let n = lease.cpu_yields();
         assert!((1..=bound).contains(&n), "{n} yields in {elapsed:?}");
+        // Checkpoints further apart than the interval (an IO-bound holder)
+        // restart it and never yield.
+        let before = lease.cpu_yields();
+        for _ in 0..3 {
+            std::thread::sleep(CPU_YIELD_INTERVAL * 2);
+            assert!(!lease.checkpoint());
+        }
+        assert_eq!(lease.cpu_yields(), before, "gaps longer than the interval");
         cc.set_effective_budget(1);
         assert!(
             lease.checkpoint(),

@@ -428,7 +428,55 @@ fn main() {
         let mut ours = vec![];
         let mut theirs = vec![];
         let mut plain = vec![];
+        // The floors: a clock read (our default clock, the TSC where the
+        // kernel keeps time with it, as governor's quanta) and a load + CAS
+        // retry loop on one word shared by both threads, with no
+        // arithmetic: 128 bits (the width exact nano-token state needs) and
+        // 64 bits (governor's state).
+        let clock = slotring_throttle::MonotonicClock::shared();
+        let w128 = Arc::new(portable_atomic::AtomicU128::new(0));
+        let w64 = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut floor128 = vec![];
+        let mut floor64 = vec![];
         for _ in 0..7 {
+            floor128.push(two_threads(iters, |_| {
+                let (w, clock) = (w128.clone(), clock.clone());
+                Box::new(move || {
+                    let t0 = Instant::now();
+                    for _ in 0..iters {
+                        let now = u128::from(std::hint::black_box(clock.now_ns()));
+                        let mut cur = w.load(Ordering::Acquire);
+                        while let Err(found) = w.compare_exchange_weak(
+                            cur,
+                            cur.max(now) + 1,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        ) {
+                            cur = found;
+                        }
+                    }
+                    t0.elapsed()
+                })
+            }));
+            floor64.push(two_threads(iters, |_| {
+                let (w, clock) = (w64.clone(), clock.clone());
+                Box::new(move || {
+                    let t0 = Instant::now();
+                    for _ in 0..iters {
+                        let now = std::hint::black_box(clock.now_ns());
+                        let mut cur = w.load(Ordering::Acquire);
+                        while let Err(found) = w.compare_exchange_weak(
+                            cur,
+                            cur.max(now) + 1,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        ) {
+                            cur = found;
+                        }
+                    }
+                    t0.elapsed()
+                })
+            }));
             plain.push(two_threads(iters, |_| {
                 let fast = fast.clone();
                 Box::new(move || {
@@ -475,6 +523,16 @@ fn main() {
             "governor_ns_2t",
             median(&mut theirs),
             "governor 0.10 direct limiter check(), 2 threads",
+        );
+        r.put(
+            "floor_cas128_ns_2t",
+            median(&mut floor128),
+            "context: clock read + load/CAS loop on one shared 128-bit word, no arithmetic, 2 threads",
+        );
+        r.put(
+            "floor_cas64_ns_2t",
+            median(&mut floor64),
+            "context: the same on a 64-bit word (governor's width), 2 threads",
         );
     }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
