@@ -290,6 +290,35 @@ fn async_share_b(data: &DataFile, fair: bool) -> f64 {
     })
 }
 
+/// ns per call per thread of two threads that each, `$iters` times, read
+/// `$clock` and run a load + CAS retry loop on the shared word `$w` (an
+/// `Arc` of a 64- or 128-bit atomic; `$widen` turns the clock reading into
+/// its type), with no other arithmetic: the floor of a limiter whose whole
+/// state is that word. A macro because the two atomics share no trait.
+macro_rules! cas_floor {
+    ($w:expr, $clock:expr, $iters:expr, $widen:expr) => {
+        two_threads($iters, |_| {
+            let (w, clock, iters) = ($w.clone(), $clock.clone(), $iters);
+            Box::new(move || {
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    let now = $widen(std::hint::black_box(clock.now_ns()));
+                    let mut cur = w.load(Ordering::Acquire);
+                    while let Err(found) = w.compare_exchange_weak(
+                        cur,
+                        cur.max(now) + 1,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        cur = found;
+                    }
+                }
+                t0.elapsed()
+            })
+        })
+    };
+}
+
 fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!("fair: loadavg before: {}", load.trim());
@@ -439,44 +468,8 @@ fn main() {
         let mut floor128 = vec![];
         let mut floor64 = vec![];
         for _ in 0..7 {
-            floor128.push(two_threads(iters, |_| {
-                let (w, clock) = (w128.clone(), clock.clone());
-                Box::new(move || {
-                    let t0 = Instant::now();
-                    for _ in 0..iters {
-                        let now = u128::from(std::hint::black_box(clock.now_ns()));
-                        let mut cur = w.load(Ordering::Acquire);
-                        while let Err(found) = w.compare_exchange_weak(
-                            cur,
-                            cur.max(now) + 1,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        ) {
-                            cur = found;
-                        }
-                    }
-                    t0.elapsed()
-                })
-            }));
-            floor64.push(two_threads(iters, |_| {
-                let (w, clock) = (w64.clone(), clock.clone());
-                Box::new(move || {
-                    let t0 = Instant::now();
-                    for _ in 0..iters {
-                        let now = std::hint::black_box(clock.now_ns());
-                        let mut cur = w.load(Ordering::Acquire);
-                        while let Err(found) = w.compare_exchange_weak(
-                            cur,
-                            cur.max(now) + 1,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        ) {
-                            cur = found;
-                        }
-                    }
-                    t0.elapsed()
-                })
-            }));
+            floor128.push(cas_floor!(w128, clock, iters, u128::from));
+            floor64.push(cas_floor!(w64, clock, iters, |n: u64| n));
             plain.push(two_threads(iters, |_| {
                 let fast = fast.clone();
                 Box::new(move || {

@@ -130,16 +130,20 @@ pub(crate) fn thread_index() -> Option<usize> {
     None
 }
 
-/// Add `amount` saturating; the new value.
+/// Add `amount` saturating; the new value. The one definition of a
+/// saturating statistic, also used for a tenant's (`fair.rs`).
 ///
-/// The common case is one `fetch_add`: while the value is below 2⁶³ and the
+/// A zero amount writes nothing. The common case is one `fetch_add`: while the value is below 2⁶³ and the
 /// amount below 2³², the adds in flight at any instant (at most one per
 /// thread, fewer than 2²² threads) sum to less than 2⁵⁴, so no reader can
 /// ever observe a wrapped value. Anything else takes a CAS loop with
 /// `saturating_add`, which never publishes a wrapped value.
-fn add_saturating(a: &AtomicU64, amount: u64) -> u64 {
+pub(crate) fn add_saturating(a: &AtomicU64, amount: u64) -> u64 {
     const FAST_AMOUNT: u64 = 1 << 32;
     const FAST_COUNT: u64 = 1 << 63;
+    if amount == 0 {
+        return a.load(Ordering::Relaxed);
+    }
     if amount < FAST_AMOUNT && a.load(Ordering::Relaxed) < FAST_COUNT {
         return a.fetch_add(amount, Ordering::Relaxed) + amount;
     }

@@ -78,6 +78,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64 as StdAtomicU64, Ordering as StdOrdering};
+
+use crate::sync::AtomicU64;
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
@@ -103,9 +105,9 @@ static NEXT_ID: StdAtomicU64 = StdAtomicU64::new(1);
 #[repr(align(128))]
 struct TenantInner {
     /// Tokens charged as this tenant, summed over throttler levels.
-    charged: StdAtomicU64,
+    charged: AtomicU64,
     /// Waits booked for it, ns, summed over throttler levels.
-    wait_ns: StdAtomicU64,
+    wait_ns: AtomicU64,
     id: u64,
     weight: u32,
     name: String,
@@ -123,14 +125,21 @@ struct TenantInner {
 /// load-then-store exact; the scope's end runs on the writer's own thread,
 /// so it reads every value it wrote, and it moves them under the tenant's
 /// lock, which readers also take: a reader counts each byte exactly once.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[repr(align(128))]
 struct ScopeCell {
-    charged: StdAtomicU64,
-    wait_ns: StdAtomicU64,
+    charged: AtomicU64,
+    wait_ns: AtomicU64,
 }
 
 impl ScopeCell {
+    fn new() -> Self {
+        Self {
+            charged: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
+        }
+    }
+
     /// Add as the only writer (saturating).
     #[inline]
     fn add_owned(&self, amount: u64, wait_ns: u64) {
@@ -143,26 +152,6 @@ impl ScopeCell {
                 .store(w.saturating_add(wait_ns), StdOrdering::Relaxed);
         }
     }
-}
-
-/// Add to a shared statistic (relaxed, saturating, never fails).
-///
-/// One `fetch_add` while the total is below 2⁶³ and the addend below 2³²
-/// (the adds in flight at once, at most one per thread, cannot carry it past
-/// 2⁶⁴, as for the throttler's count); a CAS loop with `saturating_add`
-/// otherwise.
-#[inline]
-fn add_shared(a: &StdAtomicU64, v: u64) {
-    if v == 0 {
-        return;
-    }
-    if v < 1 << 32 && a.load(StdOrdering::Relaxed) < 1 << 63 {
-        a.fetch_add(v, StdOrdering::Relaxed);
-        return;
-    }
-    let _ = a.fetch_update(StdOrdering::Relaxed, StdOrdering::Relaxed, |x| {
-        Some(x.saturating_add(v))
-    });
 }
 
 /// A party sharing throttlers by weight (a query, a user, a workload).
@@ -185,8 +174,8 @@ impl Tenant {
             id: NEXT_ID.fetch_add(1, StdOrdering::Relaxed),
             weight,
             name,
-            charged: StdAtomicU64::new(0),
-            wait_ns: StdAtomicU64::new(0),
+            charged: AtomicU64::new(0),
+            wait_ns: AtomicU64::new(0),
             cells: std::sync::Mutex::new(Vec::new()),
         })))
     }
@@ -206,7 +195,7 @@ impl Tenant {
 
     /// `base` plus the live scopes' cells, under the lock a scope's end
     /// takes to move its cell into `base`.
-    fn sum(&self, field: impl Fn(&ScopeCell) -> &StdAtomicU64, base: &StdAtomicU64) -> u64 {
+    fn sum(&self, field: impl Fn(&ScopeCell) -> &AtomicU64, base: &AtomicU64) -> u64 {
         let cells = self.cells();
         cells.iter().fold(base.load(StdOrdering::Relaxed), |t, c| {
             t.saturating_add(field(c).load(StdOrdering::Relaxed))
@@ -226,8 +215,8 @@ impl Tenant {
     /// calling thread (a lease's, an async request's).
     #[inline]
     pub(crate) fn record(&self, amount: u64, wait_ns: u64) {
-        add_shared(&self.0.charged, amount);
-        add_shared(&self.0.wait_ns, wait_ns);
+        crate::count::add_saturating(&self.0.charged, amount);
+        crate::count::add_saturating(&self.0.wait_ns, wait_ns);
     }
 
     /// Count one charge as the calling thread's current tenant: into the
@@ -270,7 +259,7 @@ impl Tenant {
     /// A tenant entered here takes precedence over the tenant of the
     /// thread's current CPU lease (see [`crate::LeaseHook::current_tenant`]).
     pub fn enter(&self) -> TenantScope {
-        let cell = Arc::new(ScopeCell::default());
+        let cell = Arc::new(ScopeCell::new());
         self.cells().push(cell.clone());
         let prev = CURRENT.with(|c| {
             c.borrow_mut().replace(Entered {
@@ -331,11 +320,11 @@ impl Drop for TenantScope {
         // Move the cell's values to the shared statistics and forget it,
         // under the lock readers take (see `ScopeCell`).
         let mut cells = self.tenant.cells();
-        add_shared(
+        crate::count::add_saturating(
             &self.tenant.0.charged,
             self.cell.charged.load(StdOrdering::Relaxed),
         );
-        add_shared(
+        crate::count::add_saturating(
             &self.tenant.0.wait_ns,
             self.cell.wait_ns.load(StdOrdering::Relaxed),
         );

@@ -629,10 +629,14 @@ impl Throttler {
                 wait_ns = wait_ns.max(op.wait_ns);
             }
         }
-        // Exact (`Some`) exactly when a limit is set. A saturated count has
-        // passed every limit (none lies above u64::MAX), also
+        // The lifetime count (ClickHouse's `count`) is a statistic: it never
+        // fails a charge, and past 2⁶⁴ it stays at `u64::MAX` ("at least
+        // 2⁶⁴ − 1"; ClickHouse's `count += amount` wraps, and a wrapped count
+        // could slip back under a lifetime limit). It is exact (`Some`)
+        // exactly when a limit is set (see the `count` module). A saturated
+        // count has passed every limit (none lies above u64::MAX), also
         // `limit = u64::MAX`, which `count > limit` misses.
-        if let Some(count) = self.add_count(amount)
+        if let Some(count) = self.count.add(amount)
             && self.limit != 0
             && (count > self.limit || count == u64::MAX)
         {
@@ -647,19 +651,6 @@ impl Throttler {
         Ok(Decision {
             wait_ns: wait_ns.min(max_block_ns),
         })
-    }
-
-    /// Add `amount` to the lifetime count, saturating at `u64::MAX`; the
-    /// new count when a lifetime limit is set (the count is then exact).
-    ///
-    /// The count is a statistic (ClickHouse's `count`), so it never fails a
-    /// charge: past 2⁶⁴ it stays at `u64::MAX`, which then reads "at least
-    /// 2⁶⁴ − 1". ClickHouse's `count += amount` wraps instead, and a wrapped
-    /// count could slip back under a lifetime limit; a saturated one cannot,
-    /// and [`Self::charge_level`] treats saturation as exceeding any limit.
-    /// See the `count` module for the striped form.
-    fn add_count(&self, amount: u64) -> Option<u64> {
-        self.count.add(amount)
     }
 
     /// ClickHouse's `throttle`: charge here at once, wait for this level's

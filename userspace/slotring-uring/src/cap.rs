@@ -137,7 +137,8 @@ impl WritebackCap {
             u64::try_from(u128::from(bytes) * 1_000_000_000 / u128::from(rate)).unwrap_or(u64::MAX);
         let mut s = self.lock();
         // Only pieces under writeback can hold the pacer further ahead than
-        // one gap (a stale entry, or another clock's timeline).
+        // one gap: with none but this one, owe at most one gap (a bound that
+        // holds whatever state the cap was left in).
         if s.in_flight <= bytes {
             s.next_start_ns = s.next_start_ns.min(now_ns.saturating_add(gap));
         }
@@ -358,7 +359,7 @@ mod tests {
     fn an_idle_cap_owes_at_most_one_gap() {
         let cap = WritebackCap::default();
         let ms = 1_000_000;
-        // A stale entry (another clock's timeline far ahead).
+        // A state far ahead of the clock, with nothing under writeback.
         cap.lock().next_start_ns = u64::MAX / 2;
         assert_eq!(cap.pace(1_000 * ms, 0, 10, 1000), 10 * ms);
     }

@@ -47,13 +47,7 @@ fn unpaced() -> Policy {
 
 /// A block-device write limit of `rate` bytes/s with a 100 ms burst.
 fn disk_limit(rate: u64) -> ThrottlePtr {
-    Arc::new(
-        Throttler::builder(rate)
-            .burst(Duration::from_millis(100))
-            .limits_block_device_bandwidth(true)
-            .build()
-            .unwrap(),
-    )
+    disk_limit_throttler(rate)
 }
 
 /// An empty file on a disk filesystem (never tmpfs).
@@ -549,8 +543,7 @@ fn enospc_on_a_full_filesystem_reports_what_was_written() {
     }
 }
 
-/// A block-device write limit of `rate` bytes/s with a 100 ms burst, kept
-/// as a `Throttler` to read its writeback cap.
+/// [`disk_limit`] kept as a `Throttler`, to read its writeback cap.
 fn disk_limit_throttler(rate: u64) -> Arc<Throttler> {
     Arc::new(
         Throttler::builder(rate)
