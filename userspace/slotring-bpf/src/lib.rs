@@ -48,4 +48,4 @@ pub use lease::{LEASE_MIRROR, LeaseMirror, install_observer, monotonic_ns};
 pub use loader::{
     AttachMode, BpfConfig, DEFAULT_PIN_ROOT, NamedId, OBJECT, ProbeStatus, ProgStats, SlotringBpf,
 };
-pub use verify::{ThreadReport, Verdict, VerificationReport, VerifyConfig};
+pub use verify::{ThreadReport, Verdict, VerificationReport, VerifyConfig, parked_blocks};

@@ -38,8 +38,17 @@ pub struct VerifyConfig {
     /// Largest allowed `parked on-CPU / parked wall time` (default 0.001),
     /// beyond the per-park allowance.
     pub max_parked_cpu_ratio: f64,
-    /// On-CPU time allowed per park for entering and leaving the wait
-    /// (default 100 µs; 0 makes the ratio absolute).
+    /// On-CPU time allowed per park that blocked, for entering and leaving
+    /// the wait (default 1 ms; 0 makes the ratio absolute). Only a park in
+    /// which the thread went to sleep earns it (at most one per park;
+    /// counted as switch-outs while parked that were not preemptions), so a
+    /// thread that "parks" and spins gets the ratio alone however short
+    /// its parks. It covers the syscall
+    /// that goes to sleep, the wake-up and the unpark, and on a VM the
+    /// first touches of memory after the wait: on the development VM a
+    /// page first touched after a wait of 50 ms or more costs 2-10 µs (the
+    /// host has aged it), so a 200 ms park measured 0.04-0.77 ms on CPU
+    /// (release and debug builds) where a warm machine measures 20-70 µs.
     pub per_park_allowance_ns: u64,
 }
 
@@ -47,18 +56,26 @@ impl Default for VerifyConfig {
     fn default() -> Self {
         Self {
             max_parked_cpu_ratio: 0.001,
-            per_park_allowance_ns: 100_000,
+            per_park_allowance_ns: 1_000_000,
         }
     }
 }
 
 impl VerifyConfig {
-    /// Whether `on_cpu_ns` over `parked_ns` and `parks` is within the threshold.
-    pub fn within(&self, on_cpu_ns: u64, parked_ns: u64, parks: u64) -> bool {
+    /// Whether `on_cpu_ns` over `parked_ns` is within the threshold, for a
+    /// thread with `parks` parks and `blocks` voluntary switch-outs while
+    /// parked.
+    pub fn within(&self, on_cpu_ns: u64, parked_ns: u64, parks: u64, blocks: u64) -> bool {
         let allowed = self.max_parked_cpu_ratio * parked_ns as f64
-            + self.per_park_allowance_ns as f64 * parks as f64;
+            + self.per_park_allowance_ns as f64 * parks.min(blocks) as f64;
         on_cpu_ns as f64 <= allowed
     }
+}
+
+/// Voluntary switch-outs while parked (the thread went to sleep): the
+/// switch-outs in the parked state less those that were preemptions.
+pub fn parked_blocks(switches: &[u64; LEASE_STATES], preemptions: &[u64; LEASE_STATES]) -> u64 {
+    switches[P].saturating_sub(preemptions[P])
 }
 
 /// One thread (or the total) in a report.
@@ -187,12 +204,22 @@ impl SlotringBpf {
                 missed_events: a.missed_switch_in + a.missed_switch_out,
                 pass: false,
             };
-            t.pass = cfg.within(t.parked_on_cpu_ns, t.parked_ns, t.parks);
+            t.pass = cfg.within(
+                t.parked_on_cpu_ns,
+                t.parked_ns,
+                t.parks,
+                parked_blocks(&t.switches, &t.preemptions),
+            );
             total.add(&t);
             threads.push(t);
         }
         total.pass = threads.iter().all(|t| t.pass)
-            && cfg.within(total.parked_on_cpu_ns, total.parked_ns, total.parks);
+            && cfg.within(
+                total.parked_on_cpu_ns,
+                total.parked_ns,
+                total.parks,
+                parked_blocks(&total.switches, &total.preemptions),
+            );
         let verdict = if !self.is_attached() {
             let reason = match self.status() {
                 crate::ProbeStatus::Degraded(e) => crate::error::chain(e),
@@ -253,7 +280,7 @@ impl fmt::Display for VerificationReport {
         writeln!(
             f,
             "slotring parked-lease verification (threshold: parked on-CPU <= {:.3}% of parked time \
-             + {:.0} us per park)",
+             + {:.0} us per park that slept)",
             self.max_parked_cpu_ratio * 100.0,
             self.per_park_allowance_ns as f64 / 1e3
         )?;
@@ -295,20 +322,27 @@ mod tests {
     use super::VerifyConfig;
 
     #[test]
-    fn threshold_is_a_ratio_plus_a_fixed_cost_per_park() {
+    fn threshold_is_a_ratio_plus_a_fixed_cost_per_park_that_blocked() {
         let c = VerifyConfig::default();
-        // One 46 ms park with 92.6 µs of syscall edges: within (46 + 100 µs).
-        assert!(c.within(92_600, 46_000_000, 1));
-        // The same CPU over the same time without the park edges: 0.2 % > 0.1 %.
+        // One 46 ms park that blocked, with 0.69 ms of edges (a VM's cold
+        // pages after the wait): within 46 µs + 1 ms.
+        assert!(c.within(690_000, 46_000_000, 1, 1));
+        assert!(!c.within(1_047_000, 46_000_000, 1, 1));
+        // The same CPU over the same time without the park edges: 1.5 % > 0.1 %.
         let strict = VerifyConfig {
             per_park_allowance_ns: 0,
             ..c
         };
-        assert!(!strict.within(92_600, 46_000_000, 1));
-        // A thread spinning 100 ms while parked fails however it parked.
-        assert!(!c.within(100_000_000, 100_000_000, 1));
-        assert!(!c.within(50_000_000, 100_000_000, 100));
+        assert!(!strict.within(690_000, 46_000_000, 1, 1));
+        // The same park that never went to sleep earns no allowance.
+        assert!(!c.within(690_000, 46_000_000, 1, 0));
+        // A thread spinning while parked fails however it parked: one long
+        // park, or 100 short ones without a sleep (preempted or not).
+        assert!(!c.within(100_000_000, 100_000_000, 1, 0));
+        assert!(!c.within(50_000_000, 100_000_000, 100, 0));
+        // Blocks beyond one per park (a poller) earn nothing more.
+        assert!(!c.within(3_000_000, 200_000_000, 1, 1000));
         // A 200 ms park with 27 µs on CPU passes either way.
-        assert!(c.within(27_000, 200_000_000, 1) && strict.within(27_000, 200_000_000, 1));
+        assert!(c.within(27_000, 200_000_000, 1, 1) && strict.within(27_000, 200_000_000, 1, 0));
     }
 }

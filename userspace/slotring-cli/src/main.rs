@@ -443,7 +443,7 @@ fn cmd_verify(args: &VerifyArgs) -> Result<u8> {
         ..slotring::bpf::VerifyConfig::default()
     };
     println!(
-        "slotring verify: process {pid}, window {:.1} s, threshold: parked on-CPU <= {:.3}% of parked time + {:.0} us per park",
+        "slotring verify: process {pid}, window {:.1} s, threshold: parked on-CPU <= {:.3}% of parked time + {:.0} us per park that slept",
         (t1 - t0) as f64 / 1e9,
         args.threshold * 100.0,
         rule.per_park_allowance_ns as f64 / 1e3

@@ -679,7 +679,7 @@ impl fmt::Display for Report {
         if k.attached {
             writeln!(
                 f,
-                "  probes attached ({}); {} threads, {} parks, parked {:.2} s, on-CPU while parked {:.3} ms ({:.4}%, threshold {:.3}% + {:.0} us per park), run-queue while parked {:.3} ms",
+                "  probes attached ({}); {} threads, {} parks, parked {:.2} s, on-CPU while parked {:.3} ms ({:.4}%, threshold {:.3}% + {:.0} us per park that slept), run-queue while parked {:.3} ms",
                 k.attach_mode.map_or("?", attach_mode_name),
                 k.threads,
                 k.parks,

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use slotring::bpf::VerifyConfig;
+use slotring::bpf::{VerifyConfig, parked_blocks};
 use slotring::pinned::ThreadState;
 use slotring::throttle::LeaseState;
 
@@ -19,6 +19,9 @@ pub struct ThreadWindow {
     pub tid: u32,
     /// Parks in the window.
     pub parks: u64,
+    /// Voluntary switch-outs while parked in the window (see
+    /// [`slotring_bpf::parked_blocks`]).
+    pub blocks: u64,
     /// Wall ns parked in the window.
     pub parked_ns: u64,
     /// On-CPU ns while parked.
@@ -95,17 +98,21 @@ impl Window {
             let parked_ns = a.parked_ns(t1).saturating_sub(b.parked_ns(t0));
             let oncpu_ns = a.acct.on_cpu_ns[p].saturating_sub(b.acct.on_cpu_ns[p]);
             let parks = a.lease.parks.saturating_sub(b.lease.parks);
+            let blocks = parked_blocks(&a.acct.switches, &a.acct.preemptions)
+                .saturating_sub(parked_blocks(&b.acct.switches, &b.acct.preemptions));
             let w = ThreadWindow {
                 tid: b.tid,
                 parks,
+                blocks,
                 parked_ns,
                 oncpu_ns,
                 runq_ns: a.acct.runq_ns[p].saturating_sub(b.acct.runq_ns[p]),
                 missed: (a.acct.missed_switch_in + a.acct.missed_switch_out)
                     .saturating_sub(b.acct.missed_switch_in + b.acct.missed_switch_out),
-                pass: rule.within(oncpu_ns, parked_ns, parks),
+                pass: rule.within(oncpu_ns, parked_ns, parks, blocks),
             };
             total.parks += w.parks;
+            total.blocks += w.blocks;
             total.parked_ns += w.parked_ns;
             total.oncpu_ns += w.oncpu_ns;
             total.runq_ns += w.runq_ns;
@@ -190,24 +197,47 @@ mod tests {
         lease.clk[0].state_ns[p] = parked_ns;
         let mut acct = ThreadAcct::default();
         acct.on_cpu_ns[p] = oncpu_ns;
+        // Each park went to sleep once.
+        acct.switches[p] = parks;
         ThreadState { tid, lease, acct }
     }
 
     #[test]
+    fn parks_that_never_slept_earn_no_allowance() {
+        let rule = VerifyConfig::default();
+        let p = LeaseState::Parked as usize;
+        let before = [thread(1, 0, 0, 0)];
+        // 10 parks, 1 s parked, 1.5 ms on CPU: within 1 ms + 10 ms when
+        // each park slept...
+        let slept = [thread(1, 10, 1_000_000_000, 1_500_000)];
+        let w = Window::measure(&before, 0, &slept, 5, &rule);
+        assert_eq!((w.threads[0].blocks, w.outcome()), (10, Outcome::Pass));
+        // ...but not when every switch-out while parked was a preemption
+        // (a spinner): the ratio alone, 1.5 ms > 1 ms.
+        let mut spun = slept;
+        spun[0].acct.preemptions[p] = 10;
+        let w = Window::measure(&before, 0, &spun, 5, &rule);
+        assert_eq!(
+            (w.threads[0].blocks, w.outcome()),
+            (0, Outcome::Fail(vec![1]))
+        );
+    }
+
+    #[test]
     fn judges_each_thread_on_its_change() {
-        let rule = VerifyConfig::default(); // 0.1 % + 100 us per park
+        let rule = VerifyConfig::default(); // 0.1 % + 1 ms per park
         let before = [thread(1, 0, 0, 0), thread(2, 0, 0, 0), thread(3, 0, 0, 0)];
-        // Thread 1: 10 parks, 1 s parked, 1.5 ms on CPU <= 1 ms + 1 ms: ok.
-        // Thread 2: 1 park, 1 s parked, 2 ms on CPU > 1 ms + 0.1 ms: FAIL.
+        // Thread 1: 10 parks, 1 s parked, 1.5 ms on CPU <= 1 ms + 10 ms: ok.
+        // Thread 2: 1 park, 1 s parked, 2.5 ms on CPU > 1 ms + 1 ms: FAIL.
         // Thread 3 exited: left out.
         let after = [
             thread(1, 10, 1_000_000_000, 1_500_000),
-            thread(2, 1, 1_000_000_000, 2_000_000),
+            thread(2, 1, 1_000_000_000, 2_500_000),
         ];
         let w = Window::measure(&before, 0, &after, 5, &rule);
         assert_eq!(w.threads.len(), 2);
         assert!(w.threads[0].pass && !w.threads[1].pass);
-        assert_eq!((w.total.parks, w.total.oncpu_ns), (11, 3_500_000));
+        assert_eq!((w.total.parks, w.total.oncpu_ns), (11, 4_000_000));
         assert_eq!(w.outcome(), Outcome::Fail(vec![2]));
         assert_eq!(
             w.outcome().to_string(),
@@ -216,7 +246,7 @@ mod tests {
         let table = w.to_string();
         assert!(
             table.contains(
-                "       2      1    1000.000      2.0000   0.2000%      0.0000      0  FAIL"
+                "       2      1    1000.000      2.5000   0.2500%      0.0000      0  FAIL"
             ),
             "{table}"
         );
