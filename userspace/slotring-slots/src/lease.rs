@@ -239,25 +239,30 @@ impl Drop for CpuLeaseParkGuard {
             // dropped first), its slot got its state back parked and stays
             // parked: the slot's drop accounts for that. The position may
             // hold another lease by now: the token tells.
-            let (unparked, is_top) = LEASES
+            //
+            // The thread stopped waiting when it woke: report it running
+            // before the unpark's bookkeeping, which is its own CPU work.
+            let is_top = LEASES
                 .try_with(|l| {
-                    let mut l = l.borrow_mut();
-                    let len = l.len();
-                    match l.get_mut(self.index) {
-                        Some(Entry {
-                            token,
-                            state: Some(s),
-                        }) if *token == self.token => {
-                            s.unpark();
-                            (true, self.index + 1 == len)
-                        }
-                        _ => (false, false),
-                    }
+                    let l = l.borrow();
+                    matches!(l.get(self.index),
+                        Some(Entry { token, state: Some(_) }) if *token == self.token)
+                        && self.index + 1 == l.len()
                 })
-                .unwrap_or((false, false));
-            if unparked && is_top {
+                .unwrap_or(false);
+            if is_top {
                 notify_lease_state(LeaseState::Running);
             }
+            let _ = LEASES.try_with(|l| {
+                if let Some(Entry {
+                    token,
+                    state: Some(s),
+                }) = l.borrow_mut().get_mut(self.index)
+                    && *token == self.token
+                {
+                    s.unpark();
+                }
+            });
         }
     }
 }

@@ -289,11 +289,15 @@ impl UringEngine {
                 // the kernel copies anything on this thread.
                 lease = None;
             }
-            if let Err(e) = self.core.wait_and_reap() {
+            // A parked lease is taken back the moment the wait returns:
+            // reaping the CQEs is this thread's own work, and only the wait
+            // in the kernel belongs to the parked interval. (A wake-up that
+            // was not the timeout's CQE parks again on the next turn.)
+            let woke = || drop(lease.take());
+            if let Err(e) = self.core.wait_and_reap_after(woke) {
                 break Err(e);
             }
         };
-        drop(lease);
         match outcome {
             Ok((result, buf)) => (result, buf),
             Err(e) => {

@@ -947,18 +947,27 @@ impl Core {
     /// Submit what is queued; reap and advance every request, without
     /// waiting.
     pub(crate) fn submit_and_reap(&mut self) -> Result<(), UringError> {
-        self.turn(0)
+        self.turn(0, || {})
     }
 
     /// Submit what is queued; wait for one completion if anything is owed;
     /// reap and advance every request.
     pub(crate) fn wait_and_reap(&mut self) -> Result<(), UringError> {
-        let want = u32::from(self.ring.total_outstanding() > 0);
-        self.turn(want)
+        self.wait_and_reap_after(|| {})
     }
 
-    fn turn(&mut self, want: u32) -> Result<(), UringError> {
-        match self.ring.enter(want) {
+    /// [`Core::wait_and_reap`], calling `woke` as soon as `io_uring_enter`
+    /// returns, before anything is reaped (the blocking front end unparks
+    /// its CPU lease there: processing the CQEs is the thread's own work).
+    pub(crate) fn wait_and_reap_after(&mut self, woke: impl FnOnce()) -> Result<(), UringError> {
+        let want = u32::from(self.ring.total_outstanding() > 0);
+        self.turn(want, woke)
+    }
+
+    fn turn(&mut self, want: u32, woke: impl FnOnce()) -> Result<(), UringError> {
+        let entered = self.ring.enter(want);
+        woke();
+        match entered {
             Ok(_) => {}
             Err(e) => match e.raw_os_error() {
                 Some(libc::EINTR) => {}
