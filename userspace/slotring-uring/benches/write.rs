@@ -1,8 +1,9 @@
 //! `cargo xtask bench write`: throttled writes as the disk sees them. Paced
 //! writeback (ours) and the charge-at-page-cache behaviour (the same engine
 //! with pacing off: what ClickHouse's `max_local_write_bandwidth` does) side
-//! by side, one writer and eight, 1 GiB per run at a 32 MiB/s limit, in
-//! 100 ms windows of `/sys/block/<dev>/stat`; fio runs the other candidates
+//! by side, one writer and eight, three rounds of a paced and an unpaced
+//! run each, 1 GiB per run at a 32 MiB/s limit, in 100 ms windows of
+//! `/sys/block/<dev>/stat`; fio runs the other candidates
 //! (`O_DSYNC`, `O_DIRECT`, fio's own `sync_file_range`) at the same rate.
 //! Writes `target/bench/write.json`. Nothing here asserts a wall time.
 //!
@@ -36,6 +37,21 @@ const TOTAL: u64 = GIB;
 const CHUNK: usize = MIB as usize;
 const WINDOW: Duration = Duration::from_millis(100);
 const BURST: Duration = Duration::from_millis(100);
+/// Rounds (a paced and an unpaced run each) per writer count.
+const ROUNDS: usize = 3;
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
 
 fn cpu_s() -> f64 {
     let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
@@ -649,18 +665,53 @@ fn main() {
     eprintln!(
         "ours and the charge-at-page-cache behaviour (1 GiB each, each on a fresh filesystem):"
     );
-    let mut ours = Vec::new();
-    let mut pagecache = Vec::new();
+    // ROUNDS rounds per writer count, each a paced and an unpaced run on
+    // fresh filesystems, the order alternating between rounds (the VM's
+    // memory state drifts: a run's CPU depends on which pages it gets).
+    // Ceilings (peak, dirty) are judged on every run; the rate error, the
+    // throughput and the CPU on the median round of each writer count (the
+    // shared disk stalls now and then; the worst run is printed too).
+    let mut ours: Vec<Vec<Run>> = Vec::new();
+    let mut pagecache: Vec<Vec<Run>> = Vec::new();
     for writers in [1, 8] {
-        ours.push(fresh_run(&host, &host_stat, true, writers));
-        pagecache.push(fresh_run(&host, &host_stat, false, writers));
+        let (mut o, mut p) = (Vec::new(), Vec::new());
+        for round in 0..ROUNDS {
+            if round % 2 == 0 {
+                o.push(fresh_run(&host, &host_stat, true, writers));
+                p.push(fresh_run(&host, &host_stat, false, writers));
+            } else {
+                p.push(fresh_run(&host, &host_stat, false, writers));
+                o.push(fresh_run(&host, &host_stat, true, writers));
+            }
+        }
+        ours.push(o);
+        pagecache.push(p);
     }
-    let worst = |rs: &[Run], f: fn(&Run) -> f64| rs.iter().map(f).fold(f64::MIN, f64::max);
-    let least = |rs: &[Run], f: fn(&Run) -> f64| rs.iter().map(f).fold(f64::MAX, f64::min);
+    // Over every run of every writer count.
+    let worst =
+        |rs: &[Vec<Run>], f: fn(&Run) -> f64| rs.iter().flatten().map(f).fold(f64::MIN, f64::max);
+    // The median over the rounds of each writer count, the worst of those.
+    let median_worst = |rs: &[Vec<Run>], f: &dyn Fn(usize, &Run) -> f64, hi: bool| {
+        let meds = rs.iter().enumerate().map(|(w, runs)| {
+            median(
+                runs.iter()
+                    .enumerate()
+                    .map(|(i, r)| f(w * ROUNDS + i, r))
+                    .collect(),
+            )
+        });
+        if hi {
+            meds.fold(f64::MIN, f64::max)
+        } else {
+            meds.fold(f64::MAX, f64::min)
+        }
+    };
+    let flat_p: Vec<&Run> = pagecache.iter().flatten().collect();
+    let paired = |i: usize, r: &Run, f: fn(&Run) -> f64| f(r) / f(flat_p[i]);
     report.put(
         "write_disk_peak_ratio",
         worst(&ours, |r| r.peak_ratio),
-        "peak 100 ms device write rate / 32 MiB/s, paced, worst of 1 and 8 writers; goal <= 1.2",
+        "peak 100 ms device write rate / 32 MiB/s, paced, worst of every run (1 and 8 writers); goal <= 1.2",
     );
     report.put(
         "write_disk_peak_ratio_pagecache",
@@ -669,18 +720,23 @@ fn main() {
     );
     report.put(
         "write_disk_rate_error_pct",
+        median_worst(&ours, &|_, r| r.rate_error_pct, true),
+        "|device bytes - limit x time| / (limit x time), run start to last byte on the device, %, median round, worse of 1 and 8 writers; goal <= 1",
+    );
+    report.put(
+        "write_disk_rate_error_pct_worst_run",
         worst(&ours, |r| r.rate_error_pct),
-        "|device bytes - limit x time| / (limit x time), run start to last byte on the device, %; goal <= 1",
+        "same, the worst single run (a stall of the shared disk leaves the writers behind)",
     );
     report.put(
         "write_throughput_ratio",
-        least(&ours, |r| r.throughput_ratio),
-        "writers' achieved rate / limit, worst of 1 and 8; goal >= 0.98",
+        median_worst(&ours, &|_, r| r.throughput_ratio, false),
+        "writers' achieved rate / limit, median round, worse of 1 and 8; goal >= 0.98",
     );
     report.put(
         "write_dirty_mb_max",
         worst(&ours, |r| r.dirty_mb_max),
-        "MiB dirty + writeback of the run's files (cachestat, 100 ms); goal <= 48 (1.5 s of the limit)",
+        "MiB dirty + writeback of the run's files (cachestat, 100 ms), every run; goal <= 48 (1.5 s of the limit)",
     );
     report.put(
         "write_dirty_mb_max_pagecache",
@@ -689,23 +745,37 @@ fn main() {
     );
     report.put(
         "write_cpu_s_per_gb",
-        worst(&ours, |r| r.cpu_s_per_gb),
-        "process CPU s (io-wq included) per GiB written, paced",
+        median_worst(&ours, &|_, r| r.cpu_s_per_gb, true),
+        "process CPU s (io-wq included) per GiB written, paced, median round, worse of 1 and 8",
     );
     report.put(
         "write_cpu_s_per_gb_pagecache",
-        worst(&pagecache, |r| r.cpu_s_per_gb),
+        median_worst(&pagecache, &|_, r| r.cpu_s_per_gb, true),
         "same, pacing off (the kernel flusher's CPU is not the process's)",
     );
     report.put(
+        "write_cpu_ratio",
+        median_worst(&ours, &|i, r| paired(i, r, |r| r.cpu_s_per_gb), true),
+        "process CPU paced / unpaced of the same round, median round, worse of 1 and 8; goal <= 1.2",
+    );
+    report.put(
         "write_machine_cpu_s_per_gb",
-        worst(&ours, |r| r.machine_cpu_s_per_gb),
-        "the machine's busy CPU s per GiB (/proc/stat, neighbours included), run start until every byte is on the device, paced",
+        median_worst(&ours, &|_, r| r.machine_cpu_s_per_gb, true),
+        "the machine's busy CPU s per GiB (/proc/stat, neighbours included), run start until every byte is on the device, paced, median round, worse of 1 and 8",
     );
     report.put(
         "write_machine_cpu_s_per_gb_pagecache",
-        worst(&pagecache, |r| r.machine_cpu_s_per_gb),
+        median_worst(&pagecache, &|_, r| r.machine_cpu_s_per_gb, true),
         "same, pacing off (here the kernel flusher's writeback CPU is counted)",
+    );
+    report.put(
+        "write_machine_cpu_ratio",
+        median_worst(
+            &ours,
+            &|i, r| paired(i, r, |r| r.machine_cpu_s_per_gb),
+            true,
+        ),
+        "machine CPU paced / unpaced of the same round, median round, worse of 1 and 8",
     );
     let fio_worst =
         |rs: &[FioRun], f: fn(&FioRun) -> f64| rs.iter().map(f).fold(f64::NAN, f64::max);
