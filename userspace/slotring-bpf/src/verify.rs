@@ -43,12 +43,12 @@ pub struct VerifyConfig {
     /// which the thread went to sleep earns it (at most one per park;
     /// counted as switch-outs while parked that were not preemptions), so a
     /// thread that "parks" and spins gets the ratio alone however short
-    /// its parks. It covers the syscall
-    /// that goes to sleep, the wake-up and the unpark, and on a VM the
-    /// first touches of memory after the wait: on the development VM a
-    /// page first touched after a wait of 50 ms or more costs 2-10 µs (the
-    /// host has aged it), so a 200 ms park measured 0.04-0.77 ms on CPU
-    /// (release and debug builds) where a warm machine measures 20-70 µs.
+    /// its parks. It covers the syscall that goes to sleep, the wake-up and
+    /// the unpark, and on a VM the first touches of memory after the wait:
+    /// on the development VM a page first touched after a wait of 50 ms or
+    /// more costs 2-10 µs (the host has aged it), so a 200 ms park measured
+    /// 0.04-0.77 ms on CPU (release and debug builds) where a warm machine
+    /// measures 20-70 µs.
     pub per_park_allowance_ns: u64,
 }
 

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::resource::{UsageWho, getrusage};
-use slotring_benchkit::Report;
+use slotring_benchkit::{Report, median};
 use slotring_throttle::{ThrottlePtr, Throttler, UNLIMITED_BLOCK};
 use slotring_uring::{
     IoEngine, Policy, RealSyscalls, RingConfig, Syscalls, UringEngine, UringFile,
@@ -39,19 +39,6 @@ const WINDOW: Duration = Duration::from_millis(100);
 const BURST: Duration = Duration::from_millis(100);
 /// Rounds (a paced and an unpaced run each) per writer count.
 const ROUNDS: usize = 3;
-
-/// The median of `v` (the mean of the middle two for an even count).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
 
 fn cpu_s() -> f64 {
     let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
@@ -693,12 +680,12 @@ fn main() {
     // The median over the rounds of each writer count, the worst of those.
     let median_worst = |rs: &[Vec<Run>], f: &dyn Fn(usize, &Run) -> f64, hi: bool| {
         let meds = rs.iter().enumerate().map(|(w, runs)| {
-            median(
-                runs.iter()
-                    .enumerate()
-                    .map(|(i, r)| f(w * ROUNDS + i, r))
-                    .collect(),
-            )
+            let mut v: Vec<f64> = runs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| f(w * ROUNDS + i, r))
+                .collect();
+            median(&mut v)
         });
         if hi {
             meds.fold(f64::MIN, f64::max)
