@@ -211,8 +211,12 @@ fn timeout_sqe_park_costs_no_cpu_and_passes() {
         "parked at least the timeout: {r}"
     );
     assert!(th.switches[2] >= 1, "it blocked while parked: {r}");
-    assert_eq!(
-        th.unpark_wakeups, 1,
+    // One wake-up into the parked state, seen at its switch-in; a switch-in
+    // BPF did not see (counted in `missed_events`; once in CI, 0 of 20 runs
+    // here) loses that wake-up's latency, not the thread's time.
+    let missed_wakeup = th.unpark_wakeups == 0 && th.missed_events >= 1;
+    assert!(
+        th.unpark_wakeups == 1 || missed_wakeup,
         "one wake-up into the parked state: {r}"
     );
     // ~0 run-queue while parked: just the wake-up latency (the machine is
@@ -220,7 +224,7 @@ fn timeout_sqe_park_costs_no_cpu_and_passes() {
     assert!(th.parked_runq_ns < th.parked_ns / 20, "{r}");
     assert_eq!(r.verdict, Verdict::Pass, "{r}");
     assert!(
-        r.hist_park_cpu.total() >= 1 && r.hist_unpark_rq.total() >= 1,
+        r.hist_park_cpu.total() >= 1 && (r.hist_unpark_rq.total() >= 1 || missed_wakeup),
         "{r}"
     );
 }
