@@ -59,8 +59,7 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
 }
 
-/// Park the lease for one IORING_OP_TIMEOUT wait of `ms` (< 1000) in
-/// io_uring_enter. The tests that expect a pass park 300-500 ms, so that the
+/// Park the lease for one IORING_OP_TIMEOUT wait of `ms` in io_uring_enter. The tests that expect a pass park 300-500 ms, so that the
 /// verdict's 0.1 % (0.3-0.5 ms) adds to its 1 ms per park for the cold pages
 /// a wake-up touches on this VM (0.04-0.77 ms measured per 200 ms park).
 fn park_in_timeout_sqe(ms: u64) {
@@ -73,7 +72,7 @@ fn park_in_timeout_sqe(ms: u64) {
     unsafe { ring.submission().push(&nop).expect("sq has room") };
     ring.submit_and_wait(1).expect("io_uring_enter");
     ring.completion().for_each(drop);
-    let ts = io_uring::types::Timespec::new().nsec(ms as u32 * 1_000_000);
+    let ts = io_uring::types::Timespec::from(Duration::from_millis(ms));
     let sqe = io_uring::opcode::Timeout::new(&ts).build().user_data(7);
     notify_lease_state(LeaseState::Running);
     notify_lease_state(LeaseState::Parked);
