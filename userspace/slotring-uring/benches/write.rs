@@ -39,6 +39,8 @@ const WINDOW: Duration = Duration::from_millis(100);
 const BURST: Duration = Duration::from_millis(100);
 /// Rounds (a paced and an unpaced run each) per writer count.
 const ROUNDS: usize = 3;
+/// A paced write's piece (and fio's block size).
+const PIECE: u64 = 256 << 10;
 
 fn cpu_s() -> f64 {
     let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
@@ -68,19 +70,37 @@ fn machine_cpu_s() -> f64 {
     busy as f64 / hz
 }
 
-/// Write requests completed (field 5 of `/sys/block/<dev>/stat`).
-fn writes_completed(stat: &Path) -> u64 {
-    std::fs::read_to_string(stat)
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(4).and_then(|v| v.parse().ok()))
-        .unwrap_or(0)
+/// The write side of `/sys/block/<dev>/stat` (zeros if unreadable).
+#[derive(Debug, Clone, Copy, Default)]
+struct DevWrites {
+    /// Write requests completed (field 5).
+    ios: u64,
+    /// Bytes written (field 7, in 512-byte sectors).
+    bytes: u64,
+    /// Milliseconds write requests spent from issue to completion, summed
+    /// over the requests (field 8): over a window, divided by the requests
+    /// completed, the device's mean write latency.
+    ms: u64,
+}
+
+impl DevWrites {
+    fn read(stat: &Path) -> Self {
+        let text = std::fs::read_to_string(stat).unwrap_or_default();
+        let f: Vec<u64> = text
+            .split_whitespace()
+            .map(|v| v.parse().unwrap_or(0))
+            .collect();
+        let at = |i: usize| f.get(i).copied().unwrap_or(0);
+        Self {
+            ios: at(4),
+            bytes: at(6) * 512,
+            ms: at(7),
+        }
+    }
 }
 
 fn sectors_written(stat: &Path) -> u64 {
-    std::fs::read_to_string(stat)
-        .ok()
-        .and_then(|s| s.split_whitespace().nth(6).and_then(|v| v.parse().ok()))
-        .map_or(0, |sectors: u64| sectors * 512)
+    DevWrites::read(stat).bytes
 }
 
 fn stat_of(path: &Path) -> PathBuf {
@@ -174,6 +194,9 @@ struct Window {
     /// 256 KiB pieces from the filesystem's small journal and metadata
     /// writes in `SLOTRING_WRITE_DEBUG`).
     dev_ios: u64,
+    /// Milliseconds the measured device's completed write requests took,
+    /// summed (see [`DevWrites::ms`]).
+    dev_ms: u64,
     /// Bytes the host disk wrote (the same as `dev` without a loop device).
     host: u64,
     /// Dirty + writeback bytes of the run's files (cachestat).
@@ -203,27 +226,25 @@ fn sampler(
 ) -> std::thread::JoinHandle<Vec<Window>> {
     std::thread::spawn(move || {
         let mut out = Vec::new();
-        let mut prev = (sectors_written(&dev), sectors_written(&host));
-        let mut prev_ios = writes_completed(&dev);
+        let mut prev = (DevWrites::read(&dev), sectors_written(&host));
         let start = Instant::now();
         let mut last = start;
         let mut k = 1;
         while !stop.load(Ordering::Relaxed) {
             let next = start + WINDOW * k;
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
-            let now = (sectors_written(&dev), sectors_written(&host));
-            let ios = writes_completed(&dev);
+            let now = (DevWrites::read(&dev), sectors_written(&host));
             let at = Instant::now();
             let dirty = dirty_bytes(&files.lock().unwrap());
             out.push(Window {
-                dev: now.0 - prev.0,
-                dev_ios: ios - prev_ios,
+                dev: now.0.bytes - prev.0.bytes,
+                dev_ios: now.0.ios - prev.0.ios,
+                dev_ms: now.0.ms - prev.0.ms,
                 host: now.1 - prev.1,
                 dirty,
                 secs: (at - last).as_secs_f64(),
             });
             prev = now;
-            prev_ios = ios;
             last = at;
             // A late wake-up starts the next window from now, not in a
             // catch-up burst of short windows.
@@ -267,6 +288,32 @@ struct Run {
     cpu_s_per_gb: f64,
     machine_cpu_s_per_gb: f64,
     drain_s: f64,
+    /// [`device_held_s`] with the writeback cap in flight.
+    held_s: f64,
+}
+
+/// Seconds of the first `until_s` of the run (the writing) in which the
+/// device could not have taken the limit from writers that keep
+/// `in_flight` bytes on their way to it: windows whose mean write latency
+/// (the device's own, `/sys/block/<dev>/stat`) exceeds `in_flight / limit`
+/// (by Little's law, such a device completes less than the limit), and
+/// windows in which it completed no write at all. There the device held
+/// the writers back, whatever paced them.
+fn device_held_s(windows: &[Window], until_s: f64, in_flight: u64) -> f64 {
+    let budget_ms = in_flight as f64 / LIMIT as f64 * 1000.0;
+    let mut end = 0.0;
+    let mut held = 0.0;
+    for w in windows {
+        end += w.secs;
+        if end > until_s {
+            break;
+        }
+        let slow = w.dev_ios == 0 || w.dev_ms as f64 / w.dev_ios as f64 > budget_ms;
+        if slow {
+            held += w.secs;
+        }
+    }
+    held
 }
 
 /// The highest window rate over the limit: bytes over the window's real
@@ -387,12 +434,15 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         cpu_s_per_gb: cpu / (TOTAL as f64 / GIB as f64),
         machine_cpu_s_per_gb: machine / (TOTAL as f64 / GIB as f64),
         drain_s: drained_s - write_s,
+        // What the run had under writeback at most (the cap, or a piece).
+        held_s: device_held_s(&windows, write_s, cap_high.max(PIECE)),
     };
     eprintln!(
         "  {:<10} {writers} writer(s): peak {:.2}x (disk incl. neighbours {:.2}x), \
          rate error {:.2} %, throughput {:.3}, dirty max {:.1} MiB (engine high-water \
          {:.2} MiB; under writeback at once {:.2} MiB, cap waits {cap_waits}), {:.3} CPU s/GiB \
-         (machine, until on the device: {:.3}), written in {:.1} s, on the device {:.1} s later",
+         (machine, until on the device: {:.3}), written in {:.1} s, on the device {:.1} s later; \
+         the device held the writers {:.1} s",
         if paced { "paced" } else { "pagecache" },
         r.peak_ratio,
         r.host_peak_ratio,
@@ -404,7 +454,8 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         r.cpu_s_per_gb,
         r.machine_cpu_s_per_gb,
         write_s,
-        r.drain_s
+        r.drain_s,
+        r.held_s
     );
     r
 }
@@ -417,6 +468,8 @@ struct FioRun {
     rate_error_pct: f64,
     throughput_ratio: f64,
     cpu_s_per_gb: f64,
+    /// [`device_held_s`] with each job's block in flight.
+    held_s: f64,
 }
 
 /// fio writing `size` bytes at the limit (split over `jobs` jobs, each at
@@ -443,7 +496,7 @@ fn fio(
         "--name=w".to_owned(),
         format!("--directory={}", dir.display()),
         "--rw=write".to_owned(),
-        "--bs=256k".to_owned(),
+        format!("--bs={PIECE}"),
         "--ioengine=io_uring".to_owned(),
         "--iodepth=1".to_owned(),
         format!("--numjobs={jobs}"),
@@ -503,32 +556,46 @@ fn fio(
         rate_error_pct: (disk_total as f64 - expected).abs() / expected * 100.0,
         throughput_ratio: size as f64 / written_s / LIMIT as f64,
         cpu_s_per_gb: cpu / (size as f64 / GIB as f64),
+        held_s: device_held_s(&windows, written_s, jobs * PIECE),
     };
     eprintln!(
         "  fio {name:<28} peak {:.2}x (disk incl. neighbours {:.2}x), rate error {:.2} %, \
-         throughput {:.3}, {:.3} CPU s/GiB, on the device {:.1} s after fio ended",
+         throughput {:.3}, {:.3} CPU s/GiB, on the device {:.1} s after fio ended; \
+         the device held it {:.1} s",
         r.peak_ratio,
         r.host_peak_ratio,
         r.rate_error_pct,
         r.throughput_ratio,
         r.cpu_s_per_gb,
-        drained_s - written_s
+        drained_s - written_s,
+        r.held_s
     );
     Ok(r)
 }
 
-/// `SLOTRING_WRITE_DEBUG`: (MiB, write requests) of the measured device and
-/// MiB of the host disk, per window.
+/// `SLOTRING_WRITE_DEBUG`: (MiB, write requests, mean write latency in ms)
+/// of the measured device and MiB of the host disk, per window.
 fn debug_windows(what: &str, windows: &[Window]) {
     if std::env::var_os("SLOTRING_WRITE_DEBUG").is_none() {
         return;
     }
     let mib = |b: u64| (b as f64 / MIB as f64 * 10.0).round() / 10.0;
-    let per: Vec<(f64, u64, f64)> = windows
+    let per: Vec<(f64, u64, f64, f64)> = windows
         .iter()
-        .map(|w| (mib(w.dev), w.dev_ios, mib(w.host)))
+        .map(|w| {
+            let ms = w.dev_ms as f64 / w.dev_ios.max(1) as f64;
+            (
+                mib(w.dev),
+                w.dev_ios,
+                (ms * 10.0).round() / 10.0,
+                mib(w.host),
+            )
+        })
         .collect();
-    eprintln!("{what}: (device MiB, device write requests, host disk MiB) per window {per:?}");
+    eprintln!(
+        "{what}: (device MiB, device write requests, their mean latency ms, host disk MiB) \
+         per window {per:?}"
+    );
 }
 
 fn host_dir() -> PathBuf {
@@ -715,6 +782,15 @@ fn main() {
         worst(&ours, |r| r.rate_error_pct),
         "same, the worst single run (a stall of the shared disk leaves the writers behind)",
     );
+    let worst_run = ours
+        .iter()
+        .flatten()
+        .max_by(|a, b| a.rate_error_pct.total_cmp(&b.rate_error_pct));
+    report.put(
+        "write_device_held_s_worst_run",
+        worst_run.map_or(f64::NAN, |r| r.held_s),
+        "that run's seconds in 100 ms windows where the device's own mean write latency exceeded what the cap keeps under writeback / limit (Little's law: the device, not the limit, set the pace), or it completed no write",
+    );
     report.put(
         "write_throughput_ratio",
         median_worst(&ours, &|_, r| r.throughput_ratio, false),
@@ -780,6 +856,11 @@ fn main() {
         "fio_write_disk_rate_error_pct",
         fio_worst(&fio_direct, |r| r.rate_error_pct),
         "baseline: fio --direct=1, |device bytes - limit x time| / (limit x time), %, worst",
+    );
+    report.put(
+        "fio_write_device_held_s",
+        fio_worst(&fio_direct, |r| r.held_s),
+        "baseline: fio --direct=1, seconds the device held it (as write_device_held_s_worst_run, with its jobs' blocks in flight), worst",
     );
     report.put(
         "fio_write_throughput_ratio",
