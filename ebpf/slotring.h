@@ -163,6 +163,7 @@ struct uring_stats {
 	__u64 dirty_high_water_bytes;
 	__u64 page_cache_refund_bytes;
 	__u64 writeback_cap_waits;
+	__u64 writeback_us;
 };
 
 /*

@@ -273,6 +273,9 @@ pub(crate) struct Req {
     cap: CapHold,
     /// `POLL_ADD`s on the doorbell ([`Tag::CapWait`]) whose CQE is not in.
     cap_polls: u32,
+    /// Paced writes: when each write CQE whose writeback's CQE is not in
+    /// yet was reaped, oldest first (see [`Core::time_writeback`]).
+    written_at: VecDeque<u64>,
     /// A read routed by probing the page cache ([`Route::Probe`]) that has
     /// issued no `RWF_NOWAIT` read yet (the disk-rate guard routed it by
     /// `cachestat`): after a throttle wait its IO is a re-probe (see
@@ -442,6 +445,7 @@ impl Core {
             unsynced: 0,
             cap: CapHold::default(),
             cap_polls: 0,
+            written_at: VecDeque::new(),
             reprobe: false,
             owner: Owner::Waiting(None),
             state: Lifecycle::Starting,
@@ -1026,6 +1030,7 @@ impl Core {
         let Some(id) = self.ring.id_at(c.slot) else {
             return;
         };
+        self.time_writeback(id, c);
         let advanced = match c.tag {
             Tag::Cancel => Ok(()),
             Tag::Wait => self.on_wait(id, c.res),
@@ -1221,6 +1226,33 @@ impl Core {
             return self.queue(id, Lifecycle::Io { io, charge });
         }
         self.io_done(id, charge)
+    }
+
+    /// Time a paced write's writebacks (`writeback_us`): from the reap of
+    /// a piece's write CQE to the reap of its writeback's, summed over the
+    /// writebacks that succeeded.
+    ///
+    /// Every IO SQE of a paced request is a write with exactly one
+    /// `SYNC_FILE_RANGE` linked behind it, and each of the two posts one
+    /// CQE (a failed or short write cancels the writeback: `-ECANCELED`),
+    /// the write's first; so each writeback CQE takes the oldest write time
+    /// left. Writebacks may complete out of order; the pairing then
+    /// differs, the sum does not.
+    fn time_writeback(&mut self, id: SlotId, c: Cqe) {
+        let Some(r) = self.ring.data_mut(id) else {
+            return;
+        };
+        if !r.paced || !matches!(c.tag, Tag::Io | Tag::Writeback) {
+            return;
+        }
+        let now = monotonic_now_ns();
+        if c.tag == Tag::Io {
+            r.written_at.push_back(now);
+        } else if let Some(at) = r.written_at.pop_front()
+            && c.res >= 0
+        {
+            self.counters.writeback_us += now.saturating_sub(at) / 1000;
+        }
     }
 
     /// The `SYNC_FILE_RANGE` behind a paced write completed with `res`. Its

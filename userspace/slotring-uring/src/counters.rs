@@ -41,6 +41,14 @@ slotring_counters::counter_set! {
         /// Each waits, booking nothing, until a writeback of the same
         /// block-device throttler completes.
         counter writeback_cap_waits: "Paced write pieces that found no room under their block-device throttler's writeback cap.",
+        /// Per piece: on the ring, from the reap of its write's CQE to the
+        /// reap of its writeback's; in the `pread` engine, from the
+        /// `sync_file_range(WRITE)` that starts it to the return of the one
+        /// that waits for it. Divided by `writeback_submissions`, the
+        /// device's mean writeback latency; by Little's law, once it exceeds
+        /// what the writeback cap holds divided by the rate, the device, not
+        /// the limit, paces the writers.
+        counter(us) writeback_us => "writeback_seconds": "Time paced write pieces took from the start of their writeback to the device completing it, summed over the writebacks that succeeded.",
     }
 }
 

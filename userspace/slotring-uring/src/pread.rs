@@ -3,6 +3,7 @@
 //! charging after the read with the policy of `policy.rs` and sleeping with
 //! the CPU lease parked.
 
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
 use std::task::{Wake, Waker};
@@ -16,7 +17,7 @@ use crate::engine::IoEngine;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
-use crate::sys::{RealSyscalls, Syscalls};
+use crate::sys::{RealSyscalls, Syscalls, monotonic_now_ns};
 
 /// The fallback engine: `preadv2(RWF_NOWAIT)` then `pread` (ClickHouse's
 /// method), charging after the read and sleeping with the CPU lease parked.
@@ -275,6 +276,9 @@ impl PreadEngine {
         let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
         // Paced: the request's bytes before this offset are on the device.
         let mut landed = 0;
+        // Paced: (end, start time) of each piece whose writeback was
+        // started and not yet waited for, oldest first (`writeback_us`).
+        let mut started = VecDeque::new();
         let mut done = 0;
         while done < buf.len() {
             let end = (done + piece).min(buf.len());
@@ -282,11 +286,14 @@ impl PreadEngine {
                 self.counters.writeback_cap_waits += 1;
                 if landed < done {
                     // Our own pieces hold room: complete them first.
-                    if self
-                        .sys
-                        .sync_file_range(fd, offset + landed as u64, (done - landed) as u64, true)
-                        .is_err()
-                    {
+                    let waited = self.sys.sync_file_range(
+                        fd,
+                        offset + landed as u64,
+                        (done - landed) as u64,
+                        true,
+                    );
+                    self.writebacks_waited(&mut started, done, waited.is_ok());
+                    if waited.is_err() {
                         self.counters.writeback_errors += 1;
                     }
                     cap.release((done - landed) as u64);
@@ -337,7 +344,10 @@ impl PreadEngine {
                 // leaves the pages to the kernel's flush, and a write error
                 // reaches fsync.
                 match self.sys.sync_file_range(fd, offset + done as u64, n, false) {
-                    Ok(()) => self.counters.writeback_submissions += 1,
+                    Ok(()) => {
+                        self.counters.writeback_submissions += 1;
+                        started.push_back((end, monotonic_now_ns()));
+                    }
                     Err(_) => self.counters.writeback_errors += 1,
                 }
                 // The oldest pieces beyond the depth (all of them at the
@@ -350,11 +360,11 @@ impl PreadEngine {
                 let upto = end.saturating_sub(keep).max(landed);
                 if upto > landed {
                     let len = (upto - landed) as u64;
-                    if self
+                    let waited = self
                         .sys
-                        .sync_file_range(fd, offset + landed as u64, len, true)
-                        .is_err()
-                    {
+                        .sync_file_range(fd, offset + landed as u64, len, true);
+                    self.writebacks_waited(&mut started, upto, waited.is_ok());
+                    if waited.is_err() {
                         self.counters.writeback_errors += 1;
                     }
                     cap.release(len);
@@ -371,6 +381,24 @@ impl PreadEngine {
         self.counters.writes += 1;
         self.counters.write_bytes += done as u64;
         Ok(done)
+    }
+}
+
+impl PreadEngine {
+    /// The wait for the request's bytes up to `upto` returned (`ok`: the
+    /// device completed them): the pieces it covered leave `started`, and
+    /// their time since their writeback started counts in `writeback_us`.
+    fn writebacks_waited(&mut self, started: &mut VecDeque<(usize, u64)>, upto: usize, ok: bool) {
+        let now = monotonic_now_ns();
+        while let Some(&(end, at)) = started.front() {
+            if end > upto {
+                break;
+            }
+            started.pop_front();
+            if ok {
+                self.counters.writeback_us += now.saturating_sub(at) / 1000;
+            }
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use slotring_throttle::{ThrottlePtr, Throttler};
 use slotring_uring::{
-    IoEngine, Policy, PreadEngine, RingConfig, UringEngine, UringError, UringFile,
+    IoEngine, Policy, PreadEngine, RingConfig, UringCounters, UringEngine, UringError, UringFile,
 };
 
 const MIB: usize = 1 << 20;
@@ -96,6 +96,18 @@ fn write_then_check_disk(e: &mut dyn IoEngine, data: &[u8], limit: &ThrottlePtr)
     dirty_at_return
 }
 
+/// `writeback_us` timed the pieces' writebacks: not nothing (each went to
+/// the disk), and no piece longer than the `elapsed` around the whole
+/// write (a bound on garbage, not a timing assert).
+fn assert_writebacks_timed(what: &str, wb: &UringCounters, elapsed: Duration) {
+    assert!(wb.writeback_us > 0, "{what}: no writeback time: {wb:?}");
+    assert!(
+        wb.writeback_us <= elapsed.as_micros() as u64 * wb.writeback_submissions,
+        "{what}: {} us of writeback in a write of {elapsed:?}: {wb:?}",
+        wb.writeback_us
+    );
+}
+
 /// `Policy::default()` with at most `depth` pieces of a request on their
 /// way to the device.
 fn depth(depth: u32) -> Policy {
@@ -112,12 +124,14 @@ fn paced_writes_reach_the_disk(make: fn(Policy) -> Box<dyn IoEngine>) {
     let limit = disk_limit(32 << 20);
     for d in [1, 2, Policy::default().writeback_depth.get()] {
         let mut e = make(depth(d));
+        let t0 = Instant::now();
         assert_eq!(
             write_then_check_disk(e.as_mut(), &data, &limit),
             0,
             "depth {d}: a paced write returned before the device had completed every piece"
         );
         let wb = e.counters();
+        assert_writebacks_timed(&format!("depth {d}"), &wb, t0.elapsed());
         assert_eq!(wb.paced_bytes, MIB as u64);
         assert_eq!(wb.writeback_submissions, (MIB / PIECE) as u64, "{wb:?}");
         assert_eq!(wb.writeback_errors, 0);
@@ -337,8 +351,10 @@ fn short_writes_are_continued_and_paced() {
         let mut e = fault_engine(kind, &plan);
         let limit = disk_limit(1 << 30);
         let data = pattern(300 << 10, 10);
+        let t0 = Instant::now();
         let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
         assert_eq!(r.unwrap(), data.len(), "{kind}");
+        assert_writebacks_timed(kind, &e.counters(), t0.elapsed());
         assert_eq!(e.counters().short_reads, 2, "{kind}");
         assert_eq!(e.counters().write_bytes, data.len() as u64, "{kind}");
         assert_eq!(e.counters().paced_bytes, data.len() as u64, "{kind}");
