@@ -399,11 +399,14 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     let mut write_s: f64 = 0.0;
     let mut high_water = 0;
     let mut cap_waits = 0;
+    let (mut wb_us, mut wbs) = (0, 0);
     for h in handles {
         let (el, wb) = h.join().unwrap();
         write_s = write_s.max(el.as_secs_f64());
         high_water = high_water.max(wb.dirty_high_water_bytes);
         cap_waits += wb.writeback_cap_waits;
+        wb_us += wb.writeback_us;
+        wbs += wb.writeback_submissions;
     }
     let cap_high = slotring_uring::writeback_high_water(&throttler).unwrap_or(0);
     let cpu = cpu_s() - cpu0;
@@ -441,8 +444,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         "  {:<10} {writers} writer(s): peak {:.2}x (disk incl. neighbours {:.2}x), \
          rate error {:.2} %, throughput {:.3}, dirty max {:.1} MiB (engine high-water \
          {:.2} MiB; under writeback at once {:.2} MiB, cap waits {cap_waits}), {:.3} CPU s/GiB \
-         (machine, until on the device: {:.3}), written in {:.1} s, on the device {:.1} s later; \
-         the device held the writers {:.1} s",
+         (machine, until on the device: {:.3}), written in {:.1} s, on the device {:.1} s later{}",
         if paced { "paced" } else { "pagecache" },
         r.peak_ratio,
         r.host_peak_ratio,
@@ -455,7 +457,16 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         r.machine_cpu_s_per_gb,
         write_s,
         r.drain_s,
-        r.held_s
+        // Unpaced writers wait for no device: nothing held them.
+        if paced {
+            format!(
+                "; the device held the writers {:.1} s (writeback latency per piece {:.2} ms)",
+                r.held_s,
+                wb_us as f64 / 1000.0 / wbs.max(1) as f64
+            )
+        } else {
+            String::new()
+        }
     );
     r
 }
