@@ -1237,7 +1237,7 @@ impl Core {
     /// CQE (a failed or short write cancels the writeback: `-ECANCELED`),
     /// the write's first; so each writeback CQE takes the oldest write time
     /// left. Writebacks may complete out of order; the pairing then
-    /// differs, the sum does not.
+    /// differs, but while they succeed the sum does not.
     fn time_writeback(&mut self, id: SlotId, c: Cqe) {
         let Some(r) = self.ring.data_mut(id) else {
             return;

@@ -382,9 +382,7 @@ impl PreadEngine {
         self.counters.write_bytes += done as u64;
         Ok(done)
     }
-}
 
-impl PreadEngine {
     /// The wait for the request's bytes up to `upto` returned (`ok`: the
     /// device completed them): the pieces it covered leave `started`, and
     /// their time since their writeback started counts in `writeback_us`.
