@@ -297,19 +297,22 @@ struct Run {
 /// `in_flight` bytes on their way to it: windows whose mean write latency
 /// (the device's own, `/sys/block/<dev>/stat`) exceeds `in_flight / limit`
 /// (by Little's law, such a device completes less than the limit), and
-/// windows in which it completed no write at all. There the device held
-/// the writers back, whatever paced them.
+/// windows in which it completed no write at all (counted from the first
+/// window that completed one: before it the writers were starting). There
+/// the device held the writers back, whatever paced them.
 fn device_held_s(windows: &[Window], until_s: f64, in_flight: u64) -> f64 {
     let budget_ms = in_flight as f64 / LIMIT as f64 * 1000.0;
     let mut end = 0.0;
     let mut held = 0.0;
+    let mut started = false;
     for w in windows {
         end += w.secs;
         if end > until_s {
             break;
         }
+        started |= w.dev_ios > 0;
         let slow = w.dev_ios == 0 || w.dev_ms as f64 / w.dev_ios as f64 > budget_ms;
-        if slow {
+        if started && slow {
             held += w.secs;
         }
     }
