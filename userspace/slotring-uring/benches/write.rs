@@ -319,6 +319,18 @@ fn device_held_s(windows: &[Window], until_s: f64, in_flight: u64) -> f64 {
     held
 }
 
+/// The leading windows in which the device completed no write: the
+/// writer starting (fio: a process and its set-up, 0.3 s; ours: none),
+/// not the limit's time. Whole windows: up to one window of start-up is
+/// still charged to the writer.
+fn start_up_s(windows: &[Window]) -> f64 {
+    windows
+        .iter()
+        .take_while(|w| w.dev_ios == 0)
+        .map(|w| w.secs)
+        .sum()
+}
+
 /// The highest window rate over the limit: bytes over the window's real
 /// length (at least the nominal 100 ms: a short window is not a burst).
 fn peak(windows: &[Window], pick: fn(&Window) -> u64) -> f64 {
@@ -430,7 +442,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         let _ = std::fs::remove_file(p);
     }
     let disk_total: u64 = windows.iter().map(|w| w.dev).sum();
-    let expected = LIMIT as f64 * drained_s;
+    let expected = LIMIT as f64 * (drained_s - start_up_s(&windows));
     let r = Run {
         peak_ratio: peak(&windows, |w| w.dev),
         host_peak_ratio: peak(&windows, |w| w.host),
@@ -563,7 +575,7 @@ fn fio(
         / 100.0
         * runtime_s;
     let disk_total: u64 = windows.iter().map(|w| w.dev).sum();
-    let expected = LIMIT as f64 * drained_s;
+    let expected = LIMIT as f64 * (drained_s - start_up_s(&windows));
     let r = FioRun {
         peak_ratio: peak(&windows, |w| w.dev),
         host_peak_ratio: peak(&windows, |w| w.host),
@@ -789,7 +801,7 @@ fn main() {
     report.put(
         "write_disk_rate_error_pct",
         median_worst(&ours, &|_, r| r.rate_error_pct, true),
-        "|device bytes - limit x time| / (limit x time), run start to last byte on the device, %, median round, worse of 1 and 8 writers; goal <= 1",
+        "|device bytes - limit x time| / (limit x time), from the first 100 ms window with a device write to the last byte on the device, %, median round, worse of 1 and 8 writers; goal <= 1",
     );
     report.put(
         "write_disk_rate_error_pct_worst_run",
@@ -869,7 +881,7 @@ fn main() {
     report.put(
         "fio_write_disk_rate_error_pct",
         fio_worst(&fio_direct, |r| r.rate_error_pct),
-        "baseline: fio --direct=1, |device bytes - limit x time| / (limit x time), %, worst",
+        "baseline: fio --direct=1, |device bytes - limit x time| / (limit x time), the same span (fio's start-up is not its time), %, worst",
     );
     report.put(
         "fio_write_device_held_s",
