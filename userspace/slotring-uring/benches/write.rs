@@ -319,10 +319,12 @@ fn device_held_s(windows: &[Window], until_s: f64, in_flight: u64) -> f64 {
     held
 }
 
-/// The leading windows in which the device completed no write: the
-/// writer starting (fio: a process and its set-up, 0.3 s; ours: none),
-/// not the limit's time. Whole windows: up to one window of start-up is
-/// still charged to the writer.
+/// The leading windows in which the device completed no write: fio
+/// starting (a process and its set-up, 0.3 s), not the limit's time (its
+/// writes reach the device as it issues them). Whole windows: up to one
+/// window of start-up is still charged to fio. Not for ours: our span
+/// starts as our writers do, and an unpaced writer's first bytes reach the
+/// device only at the kernel's flush.
 fn start_up_s(windows: &[Window]) -> f64 {
     windows
         .iter()
@@ -442,7 +444,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         let _ = std::fs::remove_file(p);
     }
     let disk_total: u64 = windows.iter().map(|w| w.dev).sum();
-    let expected = LIMIT as f64 * (drained_s - start_up_s(&windows));
+    let expected = LIMIT as f64 * drained_s;
     let r = Run {
         peak_ratio: peak(&windows, |w| w.dev),
         host_peak_ratio: peak(&windows, |w| w.host),
@@ -801,7 +803,7 @@ fn main() {
     report.put(
         "write_disk_rate_error_pct",
         median_worst(&ours, &|_, r| r.rate_error_pct, true),
-        "|device bytes - limit x time| / (limit x time), from the first 100 ms window with a device write to the last byte on the device, %, median round, worse of 1 and 8 writers; goal <= 1",
+        "|device bytes - limit x time| / (limit x time), run start to last byte on the device, %, median round, worse of 1 and 8 writers; goal <= 1",
     );
     report.put(
         "write_disk_rate_error_pct_worst_run",
@@ -881,7 +883,7 @@ fn main() {
     report.put(
         "fio_write_disk_rate_error_pct",
         fio_worst(&fio_direct, |r| r.rate_error_pct),
-        "baseline: fio --direct=1, |device bytes - limit x time| / (limit x time), the same span (fio's start-up is not its time), %, worst",
+        "baseline: fio --direct=1, |device bytes - limit x time| / (limit x time), from its first write on the device (fio's 0.3 s start-up is not its time), %, worst",
     );
     report.put(
         "fio_write_device_held_s",
