@@ -15,6 +15,7 @@
 //! measured and reported as `write_noise_peak_ratio`, and the disk's own
 //! peaks are printed beside ours). Without root it measures the disk itself.
 
+use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -48,21 +49,19 @@ fn cpu_s() -> f64 {
     t(u.user_time()) + t(u.system_time())
 }
 
-/// CPU seconds so far of the kernel's worker threads (every `kworker`,
-/// from `/proc/<pid>/stat`): the flusher's writeback of an unpaced write
-/// runs there (`wb_workfn`, comm `…-flush-<dev>`), as does the loop
-/// device's IO for either path. A worker that exits during a run takes its
-/// time with it (the pools keep their workers for minutes: rare).
-fn kworker_cpu_s() -> f64 {
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
+/// CPU ticks of every kernel worker thread (`kworker`, from
+/// `/proc/<pid>/stat`) by pid: the flusher's writeback of an unpaced
+/// write runs there (`wb_workfn`, comm `…-flush-<dev>`), as does the loop
+/// device's IO for either path.
+fn kworker_ticks() -> HashMap<u32, u64> {
+    let mut out = HashMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0.0;
+        return out;
     };
-    let mut ticks = 0u64;
     for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
         let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
             continue;
         };
@@ -75,12 +74,54 @@ fn kworker_cpu_s() -> f64 {
         }
         // After the comm: state (field 3) … utime (14), stime (15).
         let f: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        ticks += [11, 12]
+        let t = [11, 12]
             .iter()
             .filter_map(|&i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
-            .sum::<u64>();
+            .sum();
+        out.insert(pid, t);
     }
-    ticks as f64 / hz
+    out
+}
+
+/// The kernel workers' CPU over a run: each worker's ticks since the
+/// run's start (or its birth), kept per pid and sampled every second, so
+/// a worker the pool retires mid-run keeps what it did up to its last
+/// sample (a plain sum over `/proc` loses a retired worker's whole past
+/// and can go negative).
+struct KworkerCpu {
+    /// pid → (ticks at the start or birth, ticks last seen).
+    seen: HashMap<u32, (u64, u64)>,
+}
+
+impl KworkerCpu {
+    fn start() -> Self {
+        Self {
+            seen: kworker_ticks()
+                .into_iter()
+                .map(|(p, t)| (p, (t, t)))
+                .collect(),
+        }
+    }
+
+    fn sample(&mut self) {
+        for (pid, t) in kworker_ticks() {
+            let e = self.seen.entry(pid).or_insert((0, 0));
+            if t < e.1 {
+                // A new worker on a reused pid.
+                *e = (0, t);
+            } else {
+                e.1 = t;
+            }
+        }
+    }
+
+    fn seconds(&self) -> f64 {
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100) as f64;
+        self.seen.values().map(|(a, b)| b - a).sum::<u64>() as f64 / hz
+    }
 }
 
 /// The whole machine's busy CPU seconds so far (`/proc/stat`: user, nice,
@@ -408,6 +449,12 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         ..Policy::default()
     };
     let share = TOTAL / writers as u64;
+    // SLOTRING_WRITE_CHUNK_KIB: the writers' request size (a debugging aid;
+    // default 1 MiB).
+    let chunk = std::env::var("SLOTRING_WRITE_CHUNK_KIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(CHUNK, |k| k << 10);
     let paths: Vec<PathBuf> = (0..writers)
         .map(|i| dir.join(format!("w{i}-{}", u8::from(paced))))
         .collect();
@@ -429,7 +476,16 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     let s = sampler(dev.to_path_buf(), host.to_path_buf(), shared, stop.clone());
     let cpu0 = cpu_s();
     let machine0 = machine_cpu_s();
-    let kworker0 = kworker_cpu_s();
+    let kworkers = Arc::new(Mutex::new(KworkerCpu::start()));
+    let kworker_sampler = {
+        let (k, stop) = (kworkers.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_secs(1));
+                k.lock().unwrap().sample();
+            }
+        })
+    };
     let t0 = Instant::now();
     let handles: Vec<_> = files
         .iter()
@@ -442,7 +498,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
                     ..RingConfig::default()
                 };
                 let mut e = UringEngine::new(&cfg).unwrap();
-                let mut buf = vec![0x5a; CHUNK];
+                let mut buf = vec![0x5a; chunk];
                 let mut off = 0;
                 while off < share {
                     let (r, b) = e.write_at(&f, buf, off, Some(&limit), UNLIMITED_BLOCK);
@@ -476,8 +532,13 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     std::thread::sleep(WINDOW);
     let drained_s = t0.elapsed().as_secs_f64();
     let machine = machine_cpu_s() - machine0;
-    let kworker = kworker_cpu_s() - kworker0;
     stop.store(true, Ordering::Relaxed);
+    kworker_sampler.join().unwrap();
+    let kworker = {
+        let mut k = kworkers.lock().unwrap();
+        k.sample();
+        k.seconds()
+    };
     let windows = s.join().unwrap();
     debug_windows(&format!("paced={paced} writers={writers}"), &windows);
     drop(files);
@@ -687,7 +748,10 @@ fn host_dir() -> PathBuf {
 /// the host directory. Returns the disk (kept alive by the caller), the
 /// directory to write in and the device's stat file.
 fn fresh_disk(host: &Path) -> (Option<LoopDisk>, PathBuf, PathBuf) {
-    let loop_disk = if nix::unistd::geteuid().is_root() {
+    // SLOTRING_WRITE_NO_LOOP: measure on the host disk itself even as
+    // root (no loop device's own per-request work; a debugging aid).
+    let no_loop = std::env::var_os("SLOTRING_WRITE_NO_LOOP").is_some();
+    let loop_disk = if nix::unistd::geteuid().is_root() && !no_loop {
         match LoopDisk::new(host) {
             Ok(d) => Some(d),
             Err(e) => {
@@ -695,6 +759,9 @@ fn fresh_disk(host: &Path) -> (Option<LoopDisk>, PathBuf, PathBuf) {
                 None
             }
         }
+    } else if no_loop {
+        eprintln!("SLOTRING_WRITE_NO_LOOP: measuring the disk itself, neighbours included");
+        None
     } else {
         eprintln!("not root: measuring the disk itself, neighbours included");
         None
