@@ -361,8 +361,9 @@ struct Run {
     rate_error_pct: f64,
     throughput_ratio: f64,
     dirty_mb_max: f64,
-    /// The process's CPU (io-wq included) and the kernel workers' (the
-    /// flusher), until every byte is on the device.
+    /// The process's CPU (io-wq included) until its writers end, and the
+    /// kernel workers' (the flusher, the loop device) until every byte is
+    /// on the device.
     cpu_s_per_gb: f64,
     /// The process's alone.
     process_cpu_s_per_gb: f64,
