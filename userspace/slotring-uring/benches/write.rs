@@ -49,6 +49,14 @@ fn cpu_s() -> f64 {
     t(u.user_time()) + t(u.system_time())
 }
 
+/// The kernel's clock ticks per second (`/proc` CPU times are in them).
+fn ticks_per_s() -> f64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64
+}
+
 /// CPU ticks of every kernel worker thread (`kworker`, from
 /// `/proc/<pid>/stat`) by pid: the flusher's writeback of an unpaced
 /// write runs there (`wb_workfn`, comm `…-flush-<dev>`), as does the loop
@@ -116,11 +124,7 @@ impl KworkerCpu {
     }
 
     fn seconds(&self) -> f64 {
-        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-            .ok()
-            .flatten()
-            .unwrap_or(100) as f64;
-        self.seen.values().map(|(a, b)| b - a).sum::<u64>() as f64 / hz
+        self.seen.values().map(|(a, b)| b - a).sum::<u64>() as f64 / ticks_per_s()
     }
 }
 
@@ -139,11 +143,7 @@ fn machine_cpu_s() -> f64 {
         .filter_map(|v| v.parse().ok())
         .collect();
     let busy: u64 = [0, 1, 2, 5, 6].iter().filter_map(|&i| ticks.get(i)).sum();
-    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .unwrap_or(100) as f64;
-    busy as f64 / hz
+    busy as f64 / ticks_per_s()
 }
 
 /// The write side of `/sys/block/<dev>/stat` (zeros if unreadable).

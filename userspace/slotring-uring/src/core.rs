@@ -1239,12 +1239,12 @@ impl Core {
     /// left. Writebacks may complete out of order; the pairing then
     /// differs, but while they succeed the sum does not.
     fn time_writeback(&mut self, id: SlotId, c: Cqe) {
-        let Some(r) = self.ring.data_mut(id) else {
-            return;
-        };
-        if !r.paced || !matches!(c.tag, Tag::Io | Tag::Writeback) {
+        if !matches!(c.tag, Tag::Io | Tag::Writeback) {
             return;
         }
+        let Some(r) = self.ring.data_mut(id).filter(|r| r.paced) else {
+            return;
+        };
         let now = monotonic_now_ns();
         if c.tag == Tag::Io {
             r.written_at.push_back(now);
