@@ -39,7 +39,7 @@ pub struct VerifyConfig {
     /// beyond the per-park allowance.
     pub max_parked_cpu_ratio: f64,
     /// On-CPU time allowed per park that blocked, for entering and leaving
-    /// the wait (default 1 ms; 0 makes the ratio absolute). Only a park in
+    /// the wait (default 5 ms; 0 makes the ratio absolute). Only a park in
     /// which the thread went to sleep earns it (at most one per park;
     /// counted as switch-outs while parked that were not preemptions), so a
     /// thread that "parks" and spins gets the ratio alone however short
@@ -48,7 +48,10 @@ pub struct VerifyConfig {
     /// on the development VM a page first touched after a wait of 50 ms or
     /// more costs 2-10 µs (the host has aged it), so a 200 ms park measured
     /// 0.04-0.77 ms on CPU (release and debug builds) where a warm machine
-    /// measures 20-70 µs.
+    /// measures 20-70 µs; after 11 hours of uptime the same VM charged
+    /// 1.7 ms to a 0.5 s park and 2.1-3.2 ms to 1 s parks (CI failed at the
+    /// earlier 1 ms). A thread spinning while parked fails whenever it spins
+    /// longer than that per park.
     pub per_park_allowance_ns: u64,
 }
 
@@ -56,7 +59,7 @@ impl Default for VerifyConfig {
     fn default() -> Self {
         Self {
             max_parked_cpu_ratio: 0.001,
-            per_park_allowance_ns: 1_000_000,
+            per_park_allowance_ns: 5_000_000,
         }
     }
 }
@@ -325,9 +328,9 @@ mod tests {
     fn threshold_is_a_ratio_plus_a_fixed_cost_per_park_that_blocked() {
         let c = VerifyConfig::default();
         // One 46 ms park that blocked, with 0.69 ms of edges (a VM's cold
-        // pages after the wait): within 46 µs + 1 ms.
+        // pages after the wait): within 46 µs + 5 ms.
         assert!(c.within(690_000, 46_000_000, 1, 1));
-        assert!(!c.within(1_047_000, 46_000_000, 1, 1));
+        assert!(!c.within(5_047_000, 46_000_000, 1, 1));
         // The same CPU over the same time without the park edges: 1.5 % > 0.1 %.
         let strict = VerifyConfig {
             per_park_allowance_ns: 0,
@@ -341,7 +344,7 @@ mod tests {
         assert!(!c.within(100_000_000, 100_000_000, 1, 0));
         assert!(!c.within(50_000_000, 100_000_000, 100, 0));
         // Blocks beyond one per park (a poller) earn nothing more.
-        assert!(!c.within(3_000_000, 200_000_000, 1, 1000));
+        assert!(!c.within(6_000_000, 200_000_000, 1, 1000));
         // A 200 ms park with 27 µs on CPU passes either way.
         assert!(c.within(27_000, 200_000_000, 1, 1) && strict.within(27_000, 200_000_000, 1, 0));
     }

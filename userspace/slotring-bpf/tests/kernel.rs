@@ -60,8 +60,9 @@ fn thread_cpu_ns() -> u64 {
 }
 
 /// Park the lease for one IORING_OP_TIMEOUT wait of `ms` in io_uring_enter. The tests that expect a pass park 300-500 ms, so that the
-/// verdict's 0.1 % (0.3-0.5 ms) adds to its 1 ms per park for the cold pages
-/// a wake-up touches on this VM (0.04-0.77 ms measured per 200 ms park).
+/// verdict's 0.1 % (0.3-0.5 ms) adds to its 5 ms per park for the cold pages
+/// a wake-up touches on this VM (0.04-0.77 ms measured per 200 ms park, up
+/// to 1.7 ms per 0.5 s park after 11 hours of uptime).
 fn park_in_timeout_sqe(ms: u64) {
     let mut ring = io_uring::IoUring::new(4).expect("io_uring");
     // A thread's first io_uring submission sets up its io_uring task context

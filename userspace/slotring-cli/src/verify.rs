@@ -225,7 +225,11 @@ mod tests {
 
     #[test]
     fn judges_each_thread_on_its_change() {
-        let rule = VerifyConfig::default(); // 0.1 % + 1 ms per park
+        // 0.1 % + 1 ms per park (the default allows 5 ms).
+        let rule = VerifyConfig {
+            per_park_allowance_ns: 1_000_000,
+            ..VerifyConfig::default()
+        };
         let before = [thread(1, 0, 0, 0), thread(2, 0, 0, 0), thread(3, 0, 0, 0)];
         // Thread 1: 10 parks, 1 s parked, 1.5 ms on CPU <= 1 ms + 10 ms: ok.
         // Thread 2: 1 park, 1 s parked, 2.5 ms on CPU > 1 ms + 1 ms: FAIL.
