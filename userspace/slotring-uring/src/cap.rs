@@ -3,34 +3,41 @@
 //!
 //! # Model
 //!
-//! A paced write's piece is *under writeback* from the moment it is booked
-//! until the device has completed it (its `SYNC_FILE_RANGE(WAIT_BEFORE |
-//! WRITE | WAIT_AFTER)` returned). Every request that charges a
+//! A paced write's piece is *under writeback* from the moment its turn
+//! comes (its wait in the bucket is over) and it takes room, until the
+//! device has completed it (its `SYNC_FILE_RANGE(WAIT_BEFORE | WRITE |
+//! WAIT_AFTER)` returned). A piece waiting for its turn holds no room: a
+//! booked piece is not on its way to the device yet (on the ring, room is
+//! taken at the expiry of the piece's standalone timeout; the `pread`
+//! engine takes it before the `pwrite` and sleeps the piece's charge
+//! after it). Every request that charges a
 //! rate-limited block-device throttler `T` of rate `r` shares one
 //! [`WritebackCap`] of `T`, whatever ring or engine it runs on:
 //!
 //! * **Cap.** The bytes under writeback of all those requests together stay
 //!   `≤ C = Policy::writeback_cap_bytes(r)` (one piece may always go when
 //!   none is under writeback, so a piece larger than `C` still progresses).
-//!   A piece that does not fit waits, holding nothing, until a writeback of
-//!   `T` completes ([`CapHold::try_acquire`] registers the caller's waker
+//!   A piece that does not fit waits, unwritten and holding no room, until a
+//!   writeback of `T` completes ([`CapHold::try_acquire`] registers the caller's waker
 //!   under the same lock that [`WritebackCap::release`] takes: no lost
 //!   wake-up). When the device stalls for `S`, at most `C` bytes complete
 //!   together when it recovers.
 //! * **Catch-up bound.** The bucket of `T` keeps refilling while the cap
 //!   holds the writers (up to its burst); spent at once, that backlog would
-//!   reach the device as fast as it completes. So every piece also passes
-//!   a pacer of `T` at `r_c = Policy::catch_up_rate(r)` (a little above
-//!   `r`) with no burst: piece `k` of `T` starts no earlier than piece
-//!   `k − 1` plus `bytes / r_c`. In steady state the bucket spaces pieces at
-//!   `r` and the pacer never delays; after a stall the backlog drains at
-//!   `r_c`.
+//!   reach the device as fast as it completes. So every piece, with its
+//!   room taken, also passes a pacer of `T` at `r_c =
+//!   Policy::catch_up_rate(r)` (a little above `r`) with no burst: piece `k`
+//!   of `T` is scheduled no earlier than piece `k − 1`'s schedule plus
+//!   `bytes / r_c`, and starts no earlier than its schedule less
+//!   [`PACE_SLACK_NS`]. In steady state the bucket spaces pieces at `r` and
+//!   the pacer never delays; after a stall the backlog drains at `r_c`.
 //!
-//! So a 100 ms window of the device holds at most `C + r_c × 100 ms`
-//! bytes of `T`'s writers (the completions of a stall, then the catch-up),
-//! against `r × 100 ms` at the limit: `1 + (r_c − r)/r + C/(r × 100 ms)`
-//! in the worst alignment of the window; the bytes over the run are
-//! unchanged (the bucket still decides them; the pacer only defers).
+//! So a 100 ms window of the device holds at most `C + r_c × (100 ms +
+//! slack)` bytes of `T`'s writers (the completions of a stall, then the
+//! catch-up), against `r × 100 ms` at the limit: `1 + (r_c − r)/r + C/(r ×
+//! 100 ms) + 1 %` in the worst alignment of the window; the bytes over the
+//! run are unchanged (the bucket still decides them; the pacer only
+//! defers).
 //!
 //! # Identity and lifetime
 //!
@@ -53,6 +60,12 @@ use std::task::Waker;
 use slotring_throttle::{Clock, ThrottlePtr, Throttler};
 
 use crate::policy::{Policy, WRITEBACK_PIECE};
+
+/// How much earlier than its slot the pacer lets a piece start (1 ms: at
+/// 32 MiB/s one piece is due every 7.8 ms and the pacer's slot every
+/// 7.6 ms, so the wake-up jitter of the previous piece's turn alone would
+/// otherwise cost a timeout now and then).
+pub(crate) const PACE_SLACK_NS: u64 = 1_000_000;
 
 /// The shared state of one block-device throttler's writeback.
 #[derive(Debug, Default)]
@@ -126,9 +139,13 @@ impl WritebackCap {
     }
 
     /// The pacer: a piece of `bytes` that the bucket lets start `after_ns`
-    /// from `now_ns` starts no earlier than the previous piece plus
-    /// `bytes / rate` (`rate` in bytes/s; 0 = no pacing). Returns the delay
-    /// from `now_ns`, at least `after_ns`.
+    /// from `now_ns` is scheduled no earlier than the previous piece's
+    /// schedule plus `bytes / rate` (`rate` in bytes/s; 0 = no pacing).
+    /// Returns the delay from `now_ns`: `after_ns`, or the schedule's if it
+    /// is more than [`PACE_SLACK_NS`] later (a piece whose turn came a
+    /// little late in a paced stream does not make the next one wait a
+    /// timeout for a few microseconds; the schedule, not the actual start,
+    /// sets the next slot, so the slack never accumulates).
     fn pace(&self, now_ns: u64, after_ns: u64, bytes: u64, rate: u64) -> u64 {
         if rate == 0 {
             return after_ns;
@@ -142,9 +159,14 @@ impl WritebackCap {
         if s.in_flight <= bytes {
             s.next_start_ns = s.next_start_ns.min(now_ns.saturating_add(gap));
         }
-        let start = now_ns.saturating_add(after_ns).max(s.next_start_ns);
+        let earliest = now_ns.saturating_add(after_ns);
+        let start = earliest.max(s.next_start_ns);
         s.next_start_ns = start.saturating_add(gap);
-        start - now_ns
+        if start - earliest <= PACE_SLACK_NS {
+            after_ns
+        } else {
+            start - now_ns
+        }
     }
 
     /// The most bytes that were ever under writeback at once.
@@ -362,6 +384,26 @@ mod tests {
         // A state far ahead of the clock, with nothing under writeback.
         cap.lock().next_start_ns = u64::MAX / 2;
         assert_eq!(cap.pace(1_000 * ms, 0, 10, 1000), 10 * ms);
+    }
+
+    #[test]
+    fn the_pacer_forgives_jitter_within_its_slack_and_never_lets_it_add_up() {
+        let cap = WritebackCap::default();
+        cap.lock().in_flight = 100;
+        let ms = 1_000_000;
+        // 1000 bytes/s, 10-byte pieces: a slot every 10 ms from t0.
+        let t0 = 1_000 * ms;
+        assert_eq!(cap.pace(t0, 0, 10, 1000), 0);
+        // Each turn comes 0.9 ms before its slot: within the slack, no
+        // timeout...
+        for k in 1..=3 {
+            assert_eq!(cap.pace(t0 + k * 10 * ms - 900_000, 0, 10, 1000), 0);
+        }
+        // ... and the schedule kept its slots: a turn 1.1 ms before the
+        // next one waits for it.
+        assert_eq!(cap.pace(t0 + 40 * ms - 1_100_000, 0, 10, 1000), 1_100_000);
+        // The bucket's own delay is never shortened by the slack.
+        assert_eq!(cap.pace(t0 + 50 * ms, 500_000, 10, 1000), 500_000);
     }
 
     #[test]

@@ -115,7 +115,8 @@ pub struct Policy {
     /// device latency at 32 MiB/s with 1 MiB dirty per request.
     pub writeback_depth: NonZeroU32,
     /// Paced writes: how much of a block-device throttler's rate may be
-    /// under writeback (booked and not yet completed by the device) at once,
+    /// under writeback (its turn in the bucket come, and not yet completed
+    /// by the device) at once,
     /// for every request of every engine that charges it together (at least
     /// one piece). It bounds what completes together after the device
     /// stalls; pieces that find no room wait for another's writeback to

@@ -189,8 +189,9 @@ fn large_writes_go_in_booked_pieces(make: fn(Policy) -> Box<dyn IoEngine>) {
 }
 
 /// A paced write dropped in each state of its life that lasts (its piece's
-/// throttle wait linked in front of the write; its piece's writeback, before
-/// the next piece is booked) ends as one cancellation once its chain's last
+/// wait for its turn in the bucket, a standalone timeout in front of the
+/// write; its wait for the catch-up pacer's slot, holding room under the
+/// writeback cap; its piece's writeback, before the next piece is booked) ends as one cancellation once its chain's last
 /// CQE is in, never reports bytes it did not write, keeps the dirty-bytes
 /// accounting whole, and leaves the ring serving the next paced write with
 /// every byte right.
@@ -210,20 +211,33 @@ fn dropped_paced_writes_end_cleanly_in_every_state() {
         };
         let e = slotring_uring::AsyncEngine::new(&cfg).unwrap();
         let (f, _path) = empty_disk_file();
-        // 4 MiB at 16 MiB/s: 16 pieces, one every 15.6 ms after the burst.
-        let limit = disk_limit(16 << 20);
+        // 4 MiB at 16 MiB/s: 16 pieces, one every 15.6 ms. With a 1 ms
+        // burst every piece waits for its turn in the bucket; with 100 ms
+        // the bucket lets the first pieces go at once and the pacer spaces
+        // them out.
+        let limit: ThrottlePtr = Arc::new(
+            Throttler::builder(16 << 20)
+                .burst(Duration::from_millis(1))
+                .limits_block_device_bandwidth(true)
+                .build()
+                .unwrap(),
+        );
         let data = pattern(4 * MIB, 9);
-        let states = ["Linked", "Syncing"];
+        let states = [
+            ("Held", limit.clone()),
+            ("Pacing", disk_limit(16 << 20)),
+            ("Syncing", limit.clone()),
+        ];
         let rounds = 3u64;
-        for state in states {
+        for (state, limit) in &states {
             for _ in 0..rounds {
-                let mut fut = Box::pin(e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP));
+                let mut fut = Box::pin(e.write_at(&f, data.clone(), 0, Some(limit), NO_CAP));
                 let mut cx = Context::from_waker(Waker::noop());
                 assert!(fut.as_mut().poll(&mut cx).is_pending());
                 // The engine advances on its CQEs without the future being
                 // polled; drop it the moment the request is in `state`.
                 let deadline = Instant::now() + Duration::from_secs(20);
-                while !e.debug_state().contains(state) {
+                while !e.debug_state().contains(*state) {
                     assert!(
                         Instant::now() < deadline,
                         "never {state}: {}",
@@ -626,9 +640,17 @@ fn a_write_dropped_while_capped_frees_nothing_twice_and_loses_nothing() {
         .unwrap();
     rt.block_on(async {
         let e = slotring_uring::AsyncEngine::new(&RingConfig::default()).unwrap();
-        // 1 MiB/s: the cap has room for one piece, and the first piece
-        // waits ~150 ms for its tokens (the burst holds 100 KiB).
-        let throttler = disk_limit_throttler(1 << 20);
+        // 1 MiB/s: the cap has room for one piece. A burst of 30 s: every
+        // piece's turn comes at once, and a piece takes its room only then
+        // (a piece waiting for its turn holds none), so a's piece under
+        // writeback (or held by the pacer) leaves b none.
+        let throttler = Arc::new(
+            Throttler::builder(1 << 20)
+                .burst(Duration::from_secs(30))
+                .limits_block_device_bandwidth(true)
+                .build()
+                .unwrap(),
+        );
         let limit: ThrottlePtr = throttler.clone();
         let (fa, _pa) = empty_disk_file();
         let (fb, _pb) = empty_disk_file();
