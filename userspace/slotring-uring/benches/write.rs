@@ -34,6 +34,19 @@ use slotring_uring::{
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 const LIMIT: u64 = 32 * MIB;
+
+/// The writers' limit: [`LIMIT`], or in quick runs
+/// `SLOTRING_WRITE_LIMIT_MIB` (a debugging aid: pieces grow with the rate,
+/// so the cost of pacing per GiB is measured at other limits too).
+fn limit_rate() -> u64 {
+    static L: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *L.get_or_init(|| {
+        std::env::var_os("SLOTRING_WRITE_QUICK")
+            .and(std::env::var("SLOTRING_WRITE_LIMIT_MIB").ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map_or(LIMIT, |m| m * MIB)
+    })
+}
 const TOTAL: u64 = GIB;
 const CHUNK: usize = MIB as usize;
 const WINDOW: Duration = Duration::from_millis(100);
@@ -382,7 +395,7 @@ struct Run {
 /// window that completed one: before it the writers were starting). There
 /// the device held the writers back, whatever paced them.
 fn device_held_s(windows: &[Window], until_s: f64, in_flight: u64) -> f64 {
-    let budget_ms = in_flight as f64 / LIMIT as f64 * 1000.0;
+    let budget_ms = in_flight as f64 / limit_rate() as f64 * 1000.0;
     let mut end = 0.0;
     let mut held = 0.0;
     let mut started = false;
@@ -417,7 +430,7 @@ fn start_up_s(windows: &[Window]) -> f64 {
 /// The highest window rate over the limit: bytes over the window's real
 /// length (at least the nominal 100 ms: a short window is not a burst).
 fn peak(windows: &[Window], pick: fn(&Window) -> u64) -> f64 {
-    let burst = LIMIT as f64 * BURST.as_secs_f64();
+    let burst = limit_rate() as f64 * BURST.as_secs_f64();
     windows
         .iter()
         .enumerate()
@@ -425,7 +438,7 @@ fn peak(windows: &[Window], pick: fn(&Window) -> u64) -> f64 {
             // The first window may legitimately carry the bucket's burst.
             let b = pick(w) as f64;
             let b = if i == 0 { (b - burst).max(0.0) } else { b };
-            b / w.secs.max(WINDOW.as_secs_f64()) / LIMIT as f64
+            b / w.secs.max(WINDOW.as_secs_f64()) / limit_rate() as f64
         })
         .fold(0.0, f64::max)
 }
@@ -435,7 +448,7 @@ fn peak(windows: &[Window], pick: fn(&Window) -> u64) -> f64 {
 /// quiet machine.
 fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run {
     let throttler = Arc::new(
-        Throttler::builder(LIMIT)
+        Throttler::builder(limit_rate())
             .burst(BURST)
             .limits_block_device_bandwidth(true)
             .name("disk")
@@ -547,12 +560,12 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
         let _ = std::fs::remove_file(p);
     }
     let disk_total: u64 = windows.iter().map(|w| w.dev).sum();
-    let expected = LIMIT as f64 * drained_s;
+    let expected = limit_rate() as f64 * drained_s;
     let r = Run {
         peak_ratio: peak(&windows, |w| w.dev),
         host_peak_ratio: peak(&windows, |w| w.host),
         rate_error_pct: (disk_total as f64 - expected).abs() / expected * 100.0,
-        throughput_ratio: TOTAL as f64 / write_s / LIMIT as f64,
+        throughput_ratio: TOTAL as f64 / write_s / limit_rate() as f64,
         dirty_mb_max: windows.iter().map(|w| w.dirty).max().unwrap_or(0) as f64 / MIB as f64,
         cpu_s_per_gb: (cpu + kworker) / (TOTAL as f64 / GIB as f64),
         process_cpu_s_per_gb: cpu / (TOTAL as f64 / GIB as f64),
@@ -635,7 +648,7 @@ fn fio(
         "--iodepth=1".to_owned(),
         format!("--numjobs={jobs}"),
         format!("--size={}", size / jobs),
-        format!("--rate={}", LIMIT / jobs),
+        format!("--rate={}", limit_rate() / jobs),
         "--group_reporting".to_owned(),
         "--output-format=json".to_owned(),
     ];
@@ -683,12 +696,12 @@ fn fio(
         / 100.0
         * runtime_s;
     let disk_total: u64 = windows.iter().map(|w| w.dev).sum();
-    let expected = LIMIT as f64 * (drained_s - start_up_s(&windows));
+    let expected = limit_rate() as f64 * (drained_s - start_up_s(&windows));
     let r = FioRun {
         peak_ratio: peak(&windows, |w| w.dev),
         host_peak_ratio: peak(&windows, |w| w.host),
         rate_error_pct: (disk_total as f64 - expected).abs() / expected * 100.0,
-        throughput_ratio: size as f64 / written_s / LIMIT as f64,
+        throughput_ratio: size as f64 / written_s / limit_rate() as f64,
         cpu_s_per_gb: cpu / (size as f64 / GIB as f64),
         held_s: device_held_s(&windows, written_s, jobs * PIECE),
     };
@@ -807,7 +820,7 @@ fn main() {
             peak = peak.max(now - prev);
             prev = now;
         }
-        peak as f64 / (LIMIT as f64 * WINDOW.as_secs_f64())
+        peak as f64 / (limit_rate() as f64 * WINDOW.as_secs_f64())
     };
     let idle_cpu = (machine_cpu_s() - machine0) / 3.0;
     eprintln!("machine busy while we run nothing (the neighbours'): {idle_cpu:.3} CPU s/s");
