@@ -589,10 +589,9 @@ impl Core {
             | Lifecycle::Capped { .. }
             | Lifecycle::Completed(_) => unreachable!("{next:?} is entered on a CQE, not queued"),
         };
-        let paced = matches!(
-            next,
-            Lifecycle::Io { io, .. } | Lifecycle::Linked { io, .. } if io.kind == IoKind::PacedWrite
-        );
+        // A paced write goes out only from `Io` (its wait is never linked:
+        // `Core::issue_paced`), with its writeback linked behind it.
+        let paced = matches!(next, Lifecycle::Io { io, .. } if io.kind == IoKind::PacedWrite);
         // Entered even if the push failed: the caller then finishes the
         // request, which leaves the state (and its probe bytes) for good.
         self.set_state(id, next);

@@ -163,13 +163,7 @@ fn pread_paced_writes_reach_the_disk_before_the_next_window() {
 /// once, and (depth 1) never has more than a piece dirty and not on the
 /// device.
 fn large_writes_go_in_booked_pieces(make: fn(Policy) -> Box<dyn IoEngine>) {
-    let limit: ThrottlePtr = Arc::new(
-        Throttler::builder(8 << 20)
-            .burst(Duration::from_millis(1))
-            .limits_block_device_bandwidth(true)
-            .build()
-            .unwrap(),
-    );
+    let limit: ThrottlePtr = disk_limit_burst(8 << 20, Duration::from_millis(1));
     let (f, _path) = empty_disk_file();
     let data = pattern(MIB, 8);
     let mut e = make(depth(1));
@@ -215,13 +209,7 @@ fn dropped_paced_writes_end_cleanly_in_every_state() {
         // burst every piece waits for its turn in the bucket; with 100 ms
         // the bucket lets the first pieces go at once and the pacer spaces
         // them out.
-        let limit: ThrottlePtr = Arc::new(
-            Throttler::builder(16 << 20)
-                .burst(Duration::from_millis(1))
-                .limits_block_device_bandwidth(true)
-                .build()
-                .unwrap(),
-        );
+        let limit: ThrottlePtr = disk_limit_burst(16 << 20, Duration::from_millis(1));
         let data = pattern(4 * MIB, 9);
         let states = [
             ("Held", limit.clone()),
@@ -412,13 +400,7 @@ fn a_file_truncated_while_written_reports_what_the_kernel_wrote() {
     for make in [uring as fn(Policy) -> Box<dyn IoEngine>, pread] {
         let (f, path) = empty_disk_file();
         // 4 MiB/s with a 1 ms burst: the four pieces of 1 MiB are ~60 ms apart.
-        let limit: ThrottlePtr = Arc::new(
-            Throttler::builder(4 << 20)
-                .burst(Duration::from_millis(1))
-                .limits_block_device_bandwidth(true)
-                .build()
-                .unwrap(),
-        );
+        let limit: ThrottlePtr = disk_limit_burst(4 << 20, Duration::from_millis(1));
         let data = pattern(MIB, 12);
         let truncator = {
             let path = path.to_path_buf();
@@ -575,9 +557,14 @@ fn enospc_on_a_full_filesystem_reports_what_was_written() {
 
 /// [`disk_limit`] kept as a `Throttler`, to read its writeback cap.
 fn disk_limit_throttler(rate: u64) -> Arc<Throttler> {
+    disk_limit_burst(rate, Duration::from_millis(100))
+}
+
+/// A block-device limit of `rate` bytes/s with a `burst`.
+fn disk_limit_burst(rate: u64, burst: Duration) -> Arc<Throttler> {
     Arc::new(
         Throttler::builder(rate)
-            .burst(Duration::from_millis(100))
+            .burst(burst)
             .limits_block_device_bandwidth(true)
             .build()
             .unwrap(),
@@ -644,13 +631,7 @@ fn a_write_dropped_while_capped_frees_nothing_twice_and_loses_nothing() {
         // piece's turn comes at once, and a piece takes its room only then
         // (a piece waiting for its turn holds none), so a's piece under
         // writeback (or held by the pacer) leaves b none.
-        let throttler = Arc::new(
-            Throttler::builder(1 << 20)
-                .burst(Duration::from_secs(30))
-                .limits_block_device_bandwidth(true)
-                .build()
-                .unwrap(),
-        );
+        let throttler = disk_limit_burst(1 << 20, Duration::from_secs(30));
         let limit: ThrottlePtr = throttler.clone();
         let (fa, _pa) = empty_disk_file();
         let (fb, _pb) = empty_disk_file();
