@@ -36,8 +36,8 @@ const GIB: u64 = 1 << 30;
 const LIMIT: u64 = 32 * MIB;
 
 /// The writers' limit: [`LIMIT`], or in quick runs
-/// `SLOTRING_WRITE_LIMIT_MIB` (a debugging aid: pieces grow with the rate,
-/// so the cost of pacing per GiB is measured at other limits too).
+/// `SLOTRING_WRITE_LIMIT_MIB` (a debugging aid: what pacing costs per GiB
+/// depends on the rate, since a piece's cost does).
 fn limit_rate() -> u64 {
     static L: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *L.get_or_init(|| {
@@ -896,12 +896,12 @@ fn main() {
         ours.push(o);
         pagecache.push(p);
     }
-    // The CPU once more on the disk itself: the loop device's worker does
-    // one direct IO on its backing file per request it gets, and a paced
-    // GiB is 4,096 requests where the flusher's is a few hundred, so on a
-    // loop device the instrument itself charges pacing per piece. One pair
-    // per writer count, the order alternating; CPU only (the disk's
-    // windows mix in the neighbours' writes).
+    // The CPU once more on the disk itself, to tell the loop device's share
+    // from pacing's own: its worker does one direct IO on its backing file
+    // per request it gets, and a paced GiB is 4,096 requests where the
+    // flusher's is a few hundred. One pair per writer count, the order
+    // alternating; CPU only (the disk's windows mix in the neighbours'
+    // writes).
     eprintln!("the CPU on the disk itself (no loop device; 1 GiB each):");
     let mut on_disk: Vec<(Run, Run)> = Vec::new();
     for (k, writers) in [1, 8].into_iter().enumerate() {
@@ -1008,7 +1008,7 @@ fn main() {
     report.put(
         "write_cpu_ratio_disk",
         disk_worst(&|(o, p)| o.cpu_s_per_gb / p.cpu_s_per_gb),
-        "paced / unpaced on the disk itself, worse of 1 and 8 (without the loop device's per-request work, which a paced piece pays and the flusher's large requests barely do)",
+        "paced / unpaced on the disk itself, worse of 1 and 8 (no loop device doing one direct IO per request on its backing file)",
     );
     report.put(
         "write_process_cpu_s_per_gb",
