@@ -265,6 +265,50 @@ fn dropped_paced_writes_end_cleanly_in_every_state() {
     });
 }
 
+/// The real kernel, the time of every `pwrite` recorded.
+struct PwriteTimes(Arc<std::sync::Mutex<Vec<Instant>>>);
+
+impl slotring_uring::Syscalls for PwriteTimes {
+    fn pwrite(&mut self, fd: std::os::fd::RawFd, buf: &[u8], off: u64) -> std::io::Result<usize> {
+        self.0.lock().unwrap().push(Instant::now());
+        slotring_uring::RealSyscalls.pwrite(fd, buf, off)
+    }
+}
+
+/// The `pread` engine writes a paced piece at its turn in the bucket, not
+/// before: at 16 MiB/s with a 1 ms burst, piece `k` of a 1 MiB write (256
+/// KiB each) is due `(k + 1) x 15.6 ms - 1 ms` after the start, and no
+/// `pwrite` of it may come earlier. (Charged after its `pwrite`, as a read
+/// is, each piece went one turn early: eight writers then put 1.41-1.48x
+/// the limit into a 100 ms window on the device.) A lower bound only: a
+/// sleep never ends early.
+#[test]
+fn pread_paced_pieces_are_written_at_their_turn_not_before() {
+    let rate = 16u64 << 20;
+    let limit: ThrottlePtr = disk_limit_burst(rate, Duration::from_millis(1));
+    let (f, _path) = empty_disk_file();
+    let data = pattern(MIB, 9);
+    let times = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut e = PreadEngine::with_syscalls(depth(1), Box::new(PwriteTimes(times.clone())));
+    let t0 = Instant::now();
+    let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
+    assert_eq!(r.unwrap(), MIB);
+    let times = times.lock().unwrap();
+    assert_eq!(times.len(), MIB / PIECE, "one pwrite per piece: {times:?}");
+    let turn = Duration::from_nanos(PIECE as u64 * 1_000_000_000 / rate);
+    for (k, t) in times.iter().enumerate() {
+        let due = turn * (k as u32 + 1) - Duration::from_micros(1_100);
+        assert!(
+            t.duration_since(t0) >= due,
+            "piece {k} written {:?} after the start, before its turn at {due:?}",
+            t.duration_since(t0)
+        );
+    }
+    let mut back = vec![0; MIB];
+    f.file().read_exact_at(&mut back, 0).unwrap();
+    assert!(back == data);
+}
+
 #[test]
 fn uring_large_writes_go_in_booked_pieces() {
     large_writes_go_in_booked_pieces(uring);
