@@ -3,9 +3,12 @@
 //! with pacing off: what ClickHouse's `max_local_write_bandwidth` does) side
 //! by side, one writer and eight, three rounds of a paced and an unpaced
 //! run each, 1 GiB per run at a 32 MiB/s limit, in 100 ms windows of
-//! `/sys/block/<dev>/stat`; fio runs the other candidates
-//! (`O_DSYNC`, `O_DIRECT`, fio's own `sync_file_range`) at the same rate.
-//! Writes `target/bench/write.json`. Nothing here asserts a wall time.
+//! `/sys/block/<dev>/stat`; fio runs `O_DIRECT` at the same rate, and
+//! three rounds of buffered writes paced by its own `sync_file_range` (our
+//! flags, in its own thread), unpaced, and unpaced through io_uring: what
+//! pacing costs the kernel itself, against which ours is measured
+//! (`write_pacing_cpu_vs_fio`). Writes `target/bench/write.json`. Nothing
+//! here asserts a wall time.
 //!
 //! The device measured: as root, an ext4 image on the real disk, attached
 //! with `losetup --direct-io=on` (its requests go straight to the disk as
@@ -28,7 +31,7 @@ use nix::sys::resource::{UsageWho, getrusage};
 use slotring_benchkit::{Report, median};
 use slotring_throttle::{ThrottlePtr, Throttler, UNLIMITED_BLOCK};
 use slotring_uring::{
-    IoEngine, Policy, RealSyscalls, RingConfig, Syscalls, UringEngine, UringFile,
+    IoEngine, Policy, PreadEngine, RealSyscalls, RingConfig, Syscalls, UringEngine, UringFile,
 };
 
 const MIB: u64 = 1 << 20;
@@ -58,6 +61,13 @@ const PIECE: u64 = 256 << 10;
 
 fn cpu_s() -> f64 {
     let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+    let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+    t(u.user_time()) + t(u.system_time())
+}
+
+/// CPU seconds of the waited-for child processes so far (fio).
+fn children_cpu_s() -> f64 {
+    let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
     let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
     t(u.user_time()) + t(u.system_time())
 }
@@ -138,6 +148,41 @@ impl KworkerCpu {
 
     fn seconds(&self) -> f64 {
         self.seen.values().map(|(a, b)| b - a).sum::<u64>() as f64 / ticks_per_s()
+    }
+}
+
+/// The kernel workers' CPU from now until [`KworkerMeter::seconds`],
+/// sampled every second by a thread of its own: one meter for our runs and
+/// fio's alike.
+struct KworkerMeter {
+    cpu: Arc<Mutex<KworkerCpu>>,
+    stop: Arc<AtomicBool>,
+    sampler: std::thread::JoinHandle<()>,
+}
+
+impl KworkerMeter {
+    fn start() -> Self {
+        let cpu = Arc::new(Mutex::new(KworkerCpu::start()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let sampler = {
+            let (k, stop) = (cpu.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    k.lock().unwrap().sample();
+                }
+            })
+        };
+        Self { cpu, stop, sampler }
+    }
+
+    /// The workers' CPU seconds since [`KworkerMeter::start`].
+    fn seconds(self) -> f64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.sampler.join().unwrap();
+        let mut k = self.cpu.lock().unwrap();
+        k.sample();
+        k.seconds()
     }
 }
 
@@ -490,16 +535,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     let s = sampler(dev.to_path_buf(), host.to_path_buf(), shared, stop.clone());
     let cpu0 = cpu_s();
     let machine0 = machine_cpu_s();
-    let kworkers = Arc::new(Mutex::new(KworkerCpu::start()));
-    let kworker_sampler = {
-        let (k, stop) = (kworkers.clone(), stop.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_secs(1));
-                k.lock().unwrap().sample();
-            }
-        })
-    };
+    let kworkers = KworkerMeter::start();
     let t0 = Instant::now();
     let handles: Vec<_> = files
         .iter()
@@ -511,7 +547,15 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
                     policy,
                     ..RingConfig::default()
                 };
-                let mut e = UringEngine::new(&cfg).unwrap();
+                // SLOTRING_WRITE_ENGINE=pread: the blocking engine (its
+                // `pwrite` and `sync_file_range(2)` in the writer's own
+                // thread, as fio's; a debugging aid for quick runs).
+                let mut e: Box<dyn IoEngine> =
+                    if std::env::var("SLOTRING_WRITE_ENGINE").as_deref() == Ok("pread") {
+                        Box::new(PreadEngine::new(policy))
+                    } else {
+                        Box::new(UringEngine::new(&cfg).unwrap())
+                    };
                 let mut buf = vec![0x5a; chunk];
                 let mut off = 0;
                 while off < share {
@@ -547,12 +591,7 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     let drained_s = t0.elapsed().as_secs_f64();
     let machine = machine_cpu_s() - machine0;
     stop.store(true, Ordering::Relaxed);
-    kworker_sampler.join().unwrap();
-    let kworker = {
-        let mut k = kworkers.lock().unwrap();
-        k.sample();
-        k.seconds()
-    };
+    let kworker = kworkers.seconds();
     let windows = s.join().unwrap();
     debug_windows(&format!("paced={paced} writers={writers}"), &windows);
     drop(files);
@@ -607,6 +646,27 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
     r
 }
 
+/// fio's buffered runs, 1 job, 256 KiB writes: paced by `sync_file_range`
+/// after each write (our flags: wait_before, write, wait_after) in fio's
+/// own thread; not paced; and not paced through io_uring (each write an
+/// SQE that io-wq runs, as ours: ext4 has no async buffered write). fio
+/// syncs a range before its next write, so its last piece waits for an
+/// `fsync` at the end (`end_fsync`), not for the flusher's 30 s expiry.
+/// (fio's io_uring engine does not run a real `sync_file_range`: its syncs
+/// complete in 0.3 µs, measured, so the paced run is `psync`.)
+const FIO_BUFFERED: [(&str, &[&str]); 3] = [
+    (
+        "buffered + sync_file_range(all 3), 1 job",
+        &[
+            "--ioengine=psync",
+            "--sync_file_range=wait_before,write,wait_after:1",
+            "--end_fsync=1",
+        ],
+    ),
+    ("buffered, 1 job", &["--ioengine=psync"]),
+    ("buffered, io_uring, 1 job", &[]),
+];
+
 /// What one fio run at the limit showed.
 #[derive(Debug, Clone, Copy)]
 struct FioRun {
@@ -614,6 +674,9 @@ struct FioRun {
     host_peak_ratio: f64,
     rate_error_pct: f64,
     throughput_ratio: f64,
+    /// fio's own CPU (its threads, as a waited-for child) and the kernel
+    /// workers' (the flusher, the loop device), until every byte is on the
+    /// device: measured as ours is.
     cpu_s_per_gb: f64,
     /// [`device_held_s`] with each job's block in flight.
     held_s: f64,
@@ -638,6 +701,8 @@ fn fio(
         Arc::new(Mutex::new(Vec::new())),
         stop.clone(),
     );
+    let kworkers = KworkerMeter::start();
+    let children0 = children_cpu_s();
     let t0 = Instant::now();
     let mut args = vec![
         "--name=w".to_owned(),
@@ -656,6 +721,7 @@ fn fio(
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_cmd("fio", &args);
     let written_s = t0.elapsed().as_secs_f64();
+    let fio_cpu = children_cpu_s() - children0;
     // Until the kernel's flush of what fio left dirty is on the device
     // (bounded): the files are w.<job>.0.
     let files: Vec<std::fs::File> = (0..jobs)
@@ -679,6 +745,7 @@ fn fio(
     std::thread::sleep(WINDOW);
     let drained_s = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
+    let kworker = kworkers.seconds();
     let windows = s.join().unwrap();
     debug_windows(&format!("fio {name}"), &windows);
     drop(files);
@@ -688,13 +755,9 @@ fn fio(
     let text = out?;
     let start = text.find('{').ok_or("no JSON from fio")?;
     let v: serde_json::Value = serde_json::from_str(&text[start..]).map_err(|e| e.to_string())?;
-    let job = &v["jobs"][0];
-    let runtime_s = job["job_runtime"].as_f64().ok_or("no job_runtime")? / 1000.0;
-    // With --group_reporting the CPU percentages are of the group's
-    // summed job runtime.
-    let cpu = (job["usr_cpu"].as_f64().unwrap_or(0.0) + job["sys_cpu"].as_f64().unwrap_or(0.0))
-        / 100.0
-        * runtime_s;
+    if v["jobs"][0]["error"].as_i64().unwrap_or(0) != 0 {
+        return Err(format!("fio failed: {}", v["jobs"][0]["error"]));
+    }
     let disk_total: u64 = windows.iter().map(|w| w.dev).sum();
     let expected = limit_rate() as f64 * (drained_s - start_up_s(&windows));
     let r = FioRun {
@@ -702,7 +765,7 @@ fn fio(
         host_peak_ratio: peak(&windows, |w| w.host),
         rate_error_pct: (disk_total as f64 - expected).abs() / expected * 100.0,
         throughput_ratio: size as f64 / written_s / limit_rate() as f64,
-        cpu_s_per_gb: cpu / (size as f64 / GIB as f64),
+        cpu_s_per_gb: (fio_cpu + kworker) / (size as f64 / GIB as f64),
         held_s: device_held_s(&windows, written_s, jobs * PIECE),
     };
     eprintln!(
@@ -830,6 +893,19 @@ fn main() {
     // `perf record -a`; the report then lacks the baselines and is not
     // written).
     let quick = std::env::var("SLOTRING_WRITE_QUICK").ok();
+    // SLOTRING_WRITE_QUICK=fio: one pair of fio's buffered runs (a
+    // debugging aid for the pacing baseline).
+    if quick.as_deref() == Some("fio") {
+        drop(loop_disk);
+        for (name, extra) in FIO_BUFFERED {
+            let (disk, dir, dev_stat) = fresh_disk(&host, true);
+            if let Err(e) = fio(&dir, &dev_stat, &host_stat, name, 1, TOTAL, extra) {
+                eprintln!("  fio {name}: {e}");
+            }
+            drop(disk);
+        }
+        return;
+    }
     if let Some(which) = quick {
         eprintln!(
             "writeback cap: {:?}, catch-up {} permille",
@@ -844,33 +920,52 @@ fn main() {
     drop(loop_disk);
     // The baseline: fio at the same rate with the best pacing it has, each
     // on a fresh filesystem, 1 GiB like ours: direct IO (the device sees
-    // each 256 KiB write when fio issues it) by one job and by eight, and
-    // buffered writes each followed by fio's `sync_file_range` with our
-    // flags (wait_before, write, wait_after).
+    // each 256 KiB write when fio issues it) by one job and by eight.
     eprintln!("fio at 32 MiB/s (1 GiB each, each on a fresh filesystem):");
     let mut fio_direct = Vec::new();
-    let mut fio_sfr = Vec::new();
-    for (name, jobs, extra, direct) in [
-        ("O_DIRECT, 1 job", 1, &["--direct=1"][..], true),
-        ("O_DIRECT, 8 jobs", 8, &["--direct=1"][..], true),
-        (
-            "buffered + sync_file_range(all 3), 1 job",
-            1,
-            &[
-                "--ioengine=psync",
-                "--sync_file_range=wait_before,write,wait_after:1",
-            ][..],
-            false,
-        ),
-    ] {
+    for (name, jobs) in [("O_DIRECT, 1 job", 1), ("O_DIRECT, 8 jobs", 8)] {
         let (disk, dir, dev_stat) = fresh_disk(&host, true);
-        match fio(&dir, &dev_stat, &host_stat, name, jobs, TOTAL, extra) {
-            Ok(r) if direct => fio_direct.push(r),
-            Ok(r) => fio_sfr.push(r),
+        match fio(
+            &dir,
+            &dev_stat,
+            &host_stat,
+            name,
+            jobs,
+            TOTAL,
+            &["--direct=1"],
+        ) {
+            Ok(r) => fio_direct.push(r),
             Err(e) => eprintln!("  fio {name}: {e}"),
         }
         drop(disk);
     }
+    // And what pacing costs the kernel itself: a round of fio's buffered
+    // writes (`FIO_BUFFERED`) in each round of our single writer, before or
+    // after our pair in turn (the VM's state drifts within the hour, and
+    // the two are compared round by round): each 256 KiB write followed by
+    // `sync_file_range` with our flags in fio's own thread (the cheapest
+    // pacing there is: no ring, no io-wq, no wake-up but fio's own), without
+    // it (the flusher's writeback), and without it through io_uring (what a
+    // write SQE costs over a `pwrite`), the order rotating.
+    let fio_round = |round: usize| -> Option<[FioRun; 3]> {
+        let mut runs = [None, None, None];
+        for k in 0..3 {
+            let i = (k + round) % 3;
+            let (name, extra) = FIO_BUFFERED[i];
+            let (disk, dir, dev_stat) = fresh_disk(&host, true);
+            match fio(&dir, &dev_stat, &host_stat, name, 1, TOTAL, extra) {
+                Ok(r) => runs[i] = Some(r),
+                Err(e) => eprintln!("  fio {name}: {e}"),
+            }
+            drop(disk);
+        }
+        let [Some(sfr), Some(buffered), Some(ring)] = runs else {
+            return None;
+        };
+        Some([sfr, buffered, ring])
+    };
+    // Per round of our single writer (`None` where fio failed).
+    let mut fio_rounds: Vec<Option<[FioRun; 3]>> = Vec::new();
     eprintln!(
         "ours and the charge-at-page-cache behaviour (1 GiB each, each on a fresh filesystem):"
     );
@@ -885,12 +980,18 @@ fn main() {
     for writers in [1, 8] {
         let (mut o, mut p) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {
+            if writers == 1 && round % 2 == 0 {
+                fio_rounds.push(fio_round(round));
+            }
             if round % 2 == 0 {
                 o.push(fresh_run(&host, &host_stat, true, writers, true));
                 p.push(fresh_run(&host, &host_stat, false, writers, true));
             } else {
                 p.push(fresh_run(&host, &host_stat, false, writers, true));
                 o.push(fresh_run(&host, &host_stat, true, writers, true));
+            }
+            if writers == 1 && round % 2 == 1 {
+                fio_rounds.push(fio_round(round));
             }
         }
         ours.push(o);
@@ -1053,7 +1154,14 @@ fn main() {
     );
     report.put(
         "fio_write_disk_peak_ratio_sfr",
-        fio_worst(&fio_sfr, |r| r.peak_ratio),
+        fio_worst(
+            &fio_rounds
+                .iter()
+                .flatten()
+                .map(|r| r[0])
+                .collect::<Vec<_>>(),
+            |r| r.peak_ratio,
+        ),
         "baseline: fio buffered, --sync_file_range=wait_before,write,wait_after:1, 1 job, same",
     );
     report.put(
@@ -1077,7 +1185,90 @@ fn main() {
     report.put(
         "fio_write_cpu_s_per_gb",
         fio_worst(&fio_direct, |r| r.cpu_s_per_gb),
-        "baseline: fio --direct=1, fio's CPU s per GiB, worst",
+        "baseline: fio --direct=1, CPU s per GiB of fio and the kernel workers (as ours), worst",
+    );
+    // What pacing adds per piece: paced minus unpaced of the same round,
+    // CPU s per GiB over the pieces in a GiB, in microseconds. fio's own
+    // overhead (its rate loop) is in both of its runs and cancels.
+    let per_piece_us = |paced: f64, unpaced: f64| (paced - unpaced) / (GIB / PIECE) as f64 * 1e6;
+    let fio_med = |f: &dyn Fn(&[FioRun; 3]) -> f64| {
+        let mut v: Vec<f64> = fio_rounds.iter().flatten().map(f).collect();
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            median(&mut v)
+        }
+    };
+    report.put(
+        "fio_write_cpu_s_per_gb_sfr",
+        fio_med(&|[s, _, _]| s.cpu_s_per_gb),
+        "baseline: fio buffered, sync_file_range (our flags) after each 256 KiB write in fio's thread, CPU s per GiB of fio and the kernel workers, median of the rounds",
+    );
+    report.put(
+        "fio_write_cpu_s_per_gb_buffered",
+        fio_med(&|[_, b, _]| b.cpu_s_per_gb),
+        "baseline: fio buffered without it (the flusher's writeback), same",
+    );
+    report.put(
+        "fio_write_cpu_ratio_sfr",
+        fio_med(&|[s, b, _]| s.cpu_s_per_gb / b.cpu_s_per_gb),
+        "fio's paced / unpaced of the same round, median (its rate loop's own CPU is in both)",
+    );
+    let fio_piece = fio_med(&|[s, b, _]| per_piece_us(s.cpu_s_per_gb, b.cpu_s_per_gb));
+    report.put(
+        "fio_write_pacing_cpu_us_per_piece",
+        fio_piece,
+        "what pacing costs the kernel: fio's CPU with sync_file_range minus without, per 256 KiB piece, us, median of the rounds",
+    );
+    let ours_piece = median_worst(
+        &ours,
+        &|i, r| per_piece_us(r.cpu_s_per_gb, flat_p[i].cpu_s_per_gb),
+        true,
+    );
+    report.put(
+        "write_pacing_cpu_us_per_piece",
+        ours_piece,
+        "what pacing costs us: paced minus unpaced CPU of the same round, per 256 KiB piece, us, median round, worse of 1 and 8",
+    );
+    // Ours (one writer) against fio (one job) round by round; each round's
+    // pair is printed: in the VM's expensive state (every run 3-5 CPU s
+    // per GiB, paced or not) the differences are noise, even negative, and
+    // the median says nothing.
+    let by_round: Vec<(f64, f64)> = fio_rounds
+        .iter()
+        .zip(&ours[0])
+        .zip(&pagecache[0])
+        .filter_map(|((f, o), p)| {
+            let [s, b, _] = f.as_ref()?;
+            Some((
+                per_piece_us(o.cpu_s_per_gb, p.cpu_s_per_gb),
+                per_piece_us(s.cpu_s_per_gb, b.cpu_s_per_gb),
+            ))
+        })
+        .collect();
+    eprintln!(
+        "pacing's CPU per piece by round, us (ours, fio): {:?}",
+        by_round
+            .iter()
+            .map(|&(o, f)| (o.round(), f.round()))
+            .collect::<Vec<_>>()
+    );
+    let mut vs_fio: Vec<f64> = by_round.iter().map(|&(o, f)| o / f).collect();
+    report.put(
+        "write_pacing_cpu_vs_fio",
+        if vs_fio.is_empty() {
+            f64::NAN
+        } else {
+            median(&mut vs_fio)
+        },
+        "what pacing costs one writer of ours / what it costs fio (one job), per piece, round by round (fio runs beside each round), median; goal <= 1.2; judge it only in the VM's quiet state (write_cpu_s_per_gb_pagecache about 1 or less: in the expensive one the differences are noise) (in place of write_cpu_ratio's: with 256 KiB pieces the kernel's own share alone puts any pacer above 1.2x the unpaced path here, see ARCHITECTURE.md)",
+    );
+    // Whether a ring's handoff explains ours: each write an SQE that io-wq
+    // runs, where fio's pwrite copies in its own thread.
+    report.put(
+        "fio_write_ring_cpu_us_per_sqe",
+        fio_med(&|[_, b, r]| per_piece_us(r.cpu_s_per_gb, b.cpu_s_per_gb)),
+        "what a 256 KiB buffered write costs through io_uring over pwrite: fio io_uring minus psync, unpaced both, us per write, median of the rounds",
     );
     report.put(
         "write_host_disk_peak_ratio",
