@@ -893,7 +893,7 @@ fn main() {
     // `perf record -a`; the report then lacks the baselines and is not
     // written).
     let quick = std::env::var("SLOTRING_WRITE_QUICK").ok();
-    // SLOTRING_WRITE_QUICK=fio: one pair of fio's buffered runs (a
+    // SLOTRING_WRITE_QUICK=fio: one round of fio's buffered runs (a
     // debugging aid for the pacing baseline).
     if quick.as_deref() == Some("fio") {
         drop(loop_disk);
