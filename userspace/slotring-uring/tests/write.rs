@@ -279,9 +279,8 @@ impl slotring_uring::Syscalls for PwriteTimes {
 /// before: at 16 MiB/s with a 1 ms burst, piece `k` of a 1 MiB write (256
 /// KiB each) is due `(k + 1) x 15.6 ms - 1 ms` after the start, and no
 /// `pwrite` of it may come earlier. (Charged after its `pwrite`, as a read
-/// is, each piece went one turn early: eight writers then put 1.41-1.48x
-/// the limit into a 100 ms window on the device.) A lower bound only: a
-/// sleep never ends early.
+/// is, each piece went one turn early.) A lower bound only: a sleep never
+/// ends early.
 #[test]
 fn pread_paced_pieces_are_written_at_their_turn_not_before() {
     let rate = 16u64 << 20;
