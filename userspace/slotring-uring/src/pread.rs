@@ -284,6 +284,9 @@ impl PreadEngine {
         let mut done = 0;
         while done < buf.len() {
             let end = (done + piece).min(buf.len());
+            // What the piece is charged (a write moves all of it or fails).
+            let n = (end - done) as u64;
+            let (pc, disk) = if in_memory { (n, 0) } else { (0, n) };
             // A paced piece goes as the ring's does (`Core::issue_paced`):
             // charged, and waiting for its turn in the bucket, before its
             // `pwrite` (its size is known), holding no room; then it takes
@@ -294,12 +297,8 @@ impl PreadEngine {
             // writers put 1.41-1.48x the limit into a 100 ms window after
             // a stall of the device (measured).
             if paced {
-                let n = (end - done) as u64;
-                let (pc, disk) = if in_memory { (n, 0) } else { (0, n) };
-                if let Err(e) = self.charge(throttle, max_block, pc, disk) {
-                    self.counters.write_bytes += done as u64;
-                    return Err(e);
-                }
+                self.charge(throttle, max_block, pc, disk)
+                    .map_err(|e| self.wrote_before(done, e))?;
             }
             while !cap.try_acquire((end - done) as u64, &waker) {
                 self.counters.writeback_cap_waits += 1;
@@ -325,9 +324,9 @@ impl PreadEngine {
                 let _lease = park_current_lease();
                 std::thread::park();
             }
-            if paced && let Err(e) = self.sleep(cap.pace(0, (end - done) as u64)) {
-                self.counters.write_bytes += done as u64;
-                return Err(e);
+            if paced {
+                self.sleep(cap.pace(0, n))
+                    .map_err(|e| self.wrote_before(done, e))?;
             }
             let moved = self.transfer(Op::Write, offset, end, done, |sys, at| {
                 sys.pwrite(fd, &buf[at..end], offset + at as u64)
@@ -357,7 +356,6 @@ impl PreadEngine {
                 }
             };
             file.grow_to(offset + end as u64);
-            let n = (end - done) as u64;
             if paced {
                 self.counters.paced_bytes += n;
                 let dirty = (end - landed) as u64;
@@ -396,16 +394,20 @@ impl PreadEngine {
             }
             done = end;
             if !paced {
-                let (pc, disk) = if in_memory { (n, 0) } else { (0, n) };
-                if let Err(e) = self.charge(throttle, max_block, pc, disk) {
-                    self.counters.write_bytes += done as u64;
-                    return Err(e);
-                }
+                self.charge(throttle, max_block, pc, disk)
+                    .map_err(|e| self.wrote_before(done, e))?;
             }
         }
         self.counters.writes += 1;
         self.counters.write_bytes += done as u64;
         Ok(done)
+    }
+
+    /// A write that fails after its first `done` bytes (all in the file)
+    /// counts them and fails with `e`.
+    fn wrote_before(&mut self, done: usize, e: UringError) -> UringError {
+        self.counters.write_bytes += done as u64;
+        e
     }
 
     /// The wait for the request's bytes up to `upto` returned (`ok`: the
