@@ -60,14 +60,17 @@ const ROUNDS: usize = 3;
 const PIECE: u64 = 256 << 10;
 
 fn cpu_s() -> f64 {
-    let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
-    let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-    t(u.user_time()) + t(u.system_time())
+    rusage_cpu_s(UsageWho::RUSAGE_SELF)
 }
 
 /// CPU seconds of the waited-for child processes so far (fio).
 fn children_cpu_s() -> f64 {
-    let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
+    rusage_cpu_s(UsageWho::RUSAGE_CHILDREN)
+}
+
+/// User + system CPU seconds of `who` so far.
+fn rusage_cpu_s(who: UsageWho) -> f64 {
+    let u = getrusage(who).expect("getrusage");
     let t = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
     t(u.user_time()) + t(u.system_time())
 }
