@@ -550,17 +550,31 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
                     policy,
                     ..RingConfig::default()
                 };
-                // SLOTRING_WRITE_ENGINE=pread: the blocking engine (its
-                // `pwrite` and `sync_file_range(2)` in the writer's own
-                // thread, as fio's; a debugging aid for quick runs).
-                let mut e: Box<dyn IoEngine> =
-                    if std::env::var("SLOTRING_WRITE_ENGINE").as_deref() == Ok("pread") {
-                        Box::new(PreadEngine::new(policy))
-                    } else {
-                        Box::new(UringEngine::new(&cfg).unwrap())
-                    };
+                let engine = std::env::var("SLOTRING_WRITE_ENGINE").ok();
                 let mut buf = vec![0x5a; chunk];
                 let mut off = 0;
+                // SLOTRING_WRITE_ENGINE=ring: the ring's own paced path
+                // (write and writeback as linked SQEs, on io-wq), through
+                // the ticket API; the blocking front end's `write_at` does
+                // a paced write in the writer's own thread (a debugging
+                // aid for quick runs).
+                if engine.as_deref() == Some("ring") {
+                    let mut e = UringEngine::new(&cfg).unwrap();
+                    while off < share {
+                        let t = e.submit_write(&f, buf, off, Some(&limit), UNLIMITED_BLOCK);
+                        let c = e.wait(t).unwrap();
+                        off += c.result.unwrap() as u64;
+                        buf = c.buf;
+                    }
+                    return (t0.elapsed(), e.counters());
+                }
+                // SLOTRING_WRITE_ENGINE=pread: the blocking engine (a
+                // debugging aid for quick runs).
+                let mut e: Box<dyn IoEngine> = if engine.as_deref() == Some("pread") {
+                    Box::new(PreadEngine::new(policy))
+                } else {
+                    Box::new(UringEngine::new(&cfg).unwrap())
+                };
                 while off < share {
                     let (r, b) = e.write_at(&f, buf, off, Some(&limit), UNLIMITED_BLOCK);
                     off += r.unwrap() as u64;
@@ -898,9 +912,19 @@ fn main() {
     let quick = std::env::var("SLOTRING_WRITE_QUICK").ok();
     // SLOTRING_WRITE_QUICK=fio: one round of fio's buffered runs (a
     // debugging aid for the pacing baseline).
-    if quick.as_deref() == Some("fio") {
+    // SLOTRING_WRITE_QUICK=fio:0,1: only those of them (indices into
+    // `FIO_BUFFERED`).
+    if let Some(which) = quick.as_deref().and_then(|q| q.strip_prefix("fio")) {
         drop(loop_disk);
-        for (name, extra) in FIO_BUFFERED {
+        let picked: Vec<usize> = which
+            .trim_start_matches(':')
+            .split(',')
+            .filter_map(|i| i.parse().ok())
+            .collect();
+        for (i, (name, extra)) in FIO_BUFFERED.into_iter().enumerate() {
+            if !picked.is_empty() && !picked.contains(&i) {
+                continue;
+            }
             let (disk, dir, dev_stat) = fresh_disk(&host, true);
             if let Err(e) = fio(&dir, &dev_stat, &host_stat, name, 1, TOTAL, extra) {
                 eprintln!("  fio {name}: {e}");
@@ -915,7 +939,12 @@ fn main() {
             cap_setting(),
             catch_up_setting()
         );
-        for writers in [1, 8] {
+        // SLOTRING_WRITE_WRITERS=1: one writer count only.
+        let counts: Vec<usize> = std::env::var("SLOTRING_WRITE_WRITERS")
+            .ok()
+            .and_then(|w| w.parse().ok())
+            .map_or(vec![1, 8], |w| vec![w]);
+        for writers in counts {
             fresh_run(&host, &host_stat, which != "pagecache", writers, true);
         }
         return;

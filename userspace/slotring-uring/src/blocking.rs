@@ -35,6 +35,26 @@
 //! [`UringEngine::wait`], [`UringEngine::wait_any`]) never parks and keeps
 //! every wait linked; the tokio [`crate::AsyncEngine`] parks nothing either
 //! (a task holds no thread).
+//!
+//! # Paced writes
+//!
+//! A paced write through [`IoEngine::write_at`] (a throttled buffered
+//! write on a disk filesystem, [`crate::Policy::pace_writeback`]) is done
+//! by the calling thread itself, in blocking `pwrite` and
+//! `sync_file_range(2)` calls through the ring's syscall seam, exactly as
+//! the [`PreadEngine`] does it (the same code: a piece waits for its turn,
+//! takes room under the writeback cap, passes the catch-up pacer, is
+//! written, and its writeback is started and waited for beyond the
+//! depth), when the ring holds no other request (whose completions this
+//! thread would not reap meanwhile). The caller waits for the write
+//! either way; on the ring each piece would cost an io-wq worker two
+//! sleeps and wake-ups (ext4's buffered write has no async path, so its
+//! copy is punted to io-wq, and `IORING_OP_SYNC_FILE_RANGE` always runs
+//! there) and the caller three. The lease is parked during the turn's
+//! wait as for every throttle wait, and held during the copy and the
+//! device's writeback. The ticket API and the async front ends keep the
+//! ring's paced path (linked write and writeback SQEs): they never block
+//! their caller's thread on IO.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -351,6 +371,17 @@ impl IoEngine for UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
+        // A paced write is done by this thread itself, as the `pread`
+        // engine does it, when nothing else is in flight on the ring (whose
+        // completions this thread would not reap meanwhile). See the module
+        // docs, "Paced writes".
+        if self.core.in_flight() == 0 && self.core.paces(file, throttle) {
+            let r = self
+                .core
+                .thread_io()
+                .write(file, &buf, offset, throttle, max_block);
+            return (r, buf);
+        }
         let s = Submit::new(
             Op::Write,
             file,

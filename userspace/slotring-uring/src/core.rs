@@ -106,6 +106,7 @@ use crate::counters::UringCounters;
 use crate::error::UringError;
 use crate::file::UringFile;
 use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
+use crate::pread::ThreadIo;
 use crate::sys::{Cqe, IoKind, IoSqe, Ring, SetupParams, SlotId, Syscalls, Tag, monotonic_now_ns};
 
 /// Largest single SQE transfer we issue.
@@ -442,6 +443,22 @@ impl Core {
 
     pub(crate) fn in_flight(&self) -> usize {
         self.ring.live_count()
+    }
+
+    /// Whether a write of `file` under `throttle` is paced
+    /// ([`Writeback::Paced`]).
+    pub(crate) fn paces(&self, file: &UringFile, throttle: Option<&ThrottlePtr>) -> bool {
+        self.policy.writeback(Op::Write, file, throttle) == Writeback::Paced
+    }
+
+    /// The calling thread's own blocking IO, through this ring's syscall
+    /// seam, policy and counters.
+    pub(crate) fn thread_io(&mut self) -> ThreadIo<'_> {
+        ThreadIo {
+            sys: self.ring.sys(),
+            policy: self.policy,
+            counters: &mut self.counters,
+        }
     }
 
     /// Start a request; the buffer is the ring's until the request is taken.

@@ -75,6 +75,28 @@ impl PreadEngine {
         }
     }
 
+    fn io(&mut self) -> ThreadIo<'_> {
+        ThreadIo {
+            sys: self.sys.as_mut(),
+            policy: self.policy,
+            counters: &mut self.counters,
+        }
+    }
+}
+
+/// IO that the calling thread does itself, in blocking syscalls through
+/// the seam: every request of a [`PreadEngine`], and the paced writes of
+/// the ring's blocking front end ([`crate::UringEngine`]), whose caller
+/// waits anyway (a paced piece on the ring costs an io-wq worker's sleeps
+/// and wake-ups: ext4's buffered write has no async path, and
+/// `IORING_OP_SYNC_FILE_RANGE` always runs on io-wq).
+pub(crate) struct ThreadIo<'a> {
+    pub(crate) sys: &'a mut dyn Syscalls,
+    pub(crate) policy: Policy,
+    pub(crate) counters: &'a mut UringCounters,
+}
+
+impl ThreadIo<'_> {
     /// Move the rest of a `len`-byte `op` at `offset`, from `done` on:
     /// `call(sys, done)` makes one `preadv2`/`pwrite` of what remains. Stops
     /// when all is moved or, reading, at EOF; retries `EINTR`/`EAGAIN`.
@@ -93,7 +115,7 @@ impl PreadEngine {
                 len: (len - done) as u64,
                 source,
             };
-            match call(self.sys.as_mut(), done) {
+            match call(&mut *self.sys, done) {
                 Ok(0) if op == Op::Read => break,
                 Ok(0) => return Err(failed(io::Error::from(io::ErrorKind::WriteZero))),
                 Ok(n) => {
@@ -155,7 +177,7 @@ impl PreadEngine {
         }
     }
 
-    fn read_inner(
+    fn read(
         &mut self,
         file: &Arc<UringFile>,
         buf: &mut [u8],
@@ -235,9 +257,7 @@ impl PreadEngine {
         }
         Ok(())
     }
-}
 
-impl PreadEngine {
     /// `pwrite` all of `buf` at `offset`. A paced write
     /// ([`Writeback::Paced`]) goes in pieces of at most [`WRITEBACK_PIECE`]
     /// bytes, each charged (and waiting for its turn) before its `pwrite`,
@@ -250,7 +270,7 @@ impl PreadEngine {
     /// one piece, charged after its `pwrite` as the reads are. A failure
     /// names the file, the offset reached and the bytes written before it
     /// (which are counted in `write_bytes`).
-    fn write_inner(
+    pub(crate) fn write(
         &mut self,
         file: &Arc<UringFile>,
         buf: &[u8],
@@ -436,7 +456,7 @@ impl IoEngine for PreadEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let r = self.read_inner(file, &mut buf, offset, throttle, max_block);
+        let r = self.io().read(file, &mut buf, offset, throttle, max_block);
         (r, buf)
     }
 
@@ -448,7 +468,7 @@ impl IoEngine for PreadEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let r = self.write_inner(file, &buf, offset, throttle, max_block);
+        let r = self.io().write(file, &buf, offset, throttle, max_block);
         (r, buf)
     }
 

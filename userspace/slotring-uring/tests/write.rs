@@ -34,6 +34,62 @@ fn uring(policy: Policy) -> Box<dyn IoEngine> {
     Box::new(UringEngine::new(&cfg).expect("io_uring is enabled on this machine"))
 }
 
+/// The ring's own paced path: a piece's write and its writeback as linked
+/// SQEs (the ticket API never does IO in its caller's thread; a
+/// `UringEngine`'s `write_at` does a paced write in its caller's thread
+/// when nothing else is in flight).
+struct Tickets(UringEngine);
+
+impl IoEngine for Tickets {
+    fn read_at(
+        &mut self,
+        file: &Arc<UringFile>,
+        buf: Vec<u8>,
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+    ) -> slotring_uring::BufResult<usize, Vec<u8>> {
+        let t = self.0.submit_read(file, buf, offset, throttle, max_block);
+        match self.0.wait(t) {
+            Ok(c) => (c.result, c.buf),
+            Err(e) => (Err(e), Vec::new()),
+        }
+    }
+
+    fn write_at(
+        &mut self,
+        file: &Arc<UringFile>,
+        buf: Vec<u8>,
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+    ) -> slotring_uring::BufResult<usize, Vec<u8>> {
+        let t = self.0.submit_write(file, buf, offset, throttle, max_block);
+        match self.0.wait(t) {
+            Ok(c) => (c.result, c.buf),
+            Err(e) => (Err(e), Vec::new()),
+        }
+    }
+
+    fn counters(&self) -> UringCounters {
+        self.0.counters()
+    }
+
+    fn kind(&self) -> &'static str {
+        "io_uring tickets"
+    }
+}
+
+fn ring(policy: Policy) -> Box<dyn IoEngine> {
+    let cfg = RingConfig {
+        policy,
+        ..RingConfig::default()
+    };
+    Box::new(Tickets(
+        UringEngine::new(&cfg).expect("io_uring is enabled on this machine"),
+    ))
+}
+
 fn pread(policy: Policy) -> Box<dyn IoEngine> {
     Box::new(PreadEngine::new(policy))
 }
@@ -151,6 +207,11 @@ fn paced_writes_reach_the_disk(make: fn(Policy) -> Box<dyn IoEngine>) {
 #[test]
 fn uring_paced_writes_reach_the_disk_before_the_next_window() {
     paced_writes_reach_the_disk(uring);
+}
+
+#[test]
+fn ring_paced_writes_reach_the_disk_before_the_next_window() {
+    paced_writes_reach_the_disk(ring);
 }
 
 #[test]
@@ -314,6 +375,11 @@ fn uring_large_writes_go_in_booked_pieces() {
 }
 
 #[test]
+fn ring_large_writes_go_in_booked_pieces() {
+    large_writes_go_in_booked_pieces(ring);
+}
+
+#[test]
 fn pread_large_writes_go_in_booked_pieces() {
     large_writes_go_in_booked_pieces(pread);
 }
@@ -324,6 +390,10 @@ fn fault_engine(kind: &str, plan: &std::sync::Arc<std::sync::Mutex<Plan>>) -> Bo
             UringEngine::with_syscalls(&RingConfig::default(), Box::new(FaultSys(plan.clone())))
                 .unwrap(),
         ),
+        "ring" => Box::new(Tickets(
+            UringEngine::with_syscalls(&RingConfig::default(), Box::new(FaultSys(plan.clone())))
+                .unwrap(),
+        )),
         _ => Box::new(PreadEngine::with_syscalls(
             Policy::default(),
             Box::new(FaultSys(plan.clone())),
@@ -347,14 +417,15 @@ fn write_error(r: Result<usize, UringError>) -> (String, u64, u64, u64, std::io:
 
 #[test]
 fn eio_after_a_short_write_names_file_offset_and_written_bytes() {
-    for kind in ["uring", "pread"] {
+    for kind in ["uring", "ring", "pread"] {
         let (f, path) = empty_disk_file();
         let plan = fault_plan();
         {
             let mut p = plan.lock().unwrap();
             // The ring: the first write CQE reports half, the continuation EIO.
             p.io_results = vec![Rewrite::Half, Rewrite::Errno(libc::EIO)];
-            // pread: the first pwrite writes half, the next fails.
+            // pread, and the blocking front end's paced write: the first
+            // pwrite writes half, the next fails.
             p.pwrite_faults = vec![Rewrite::Half, Rewrite::Errno(libc::EIO)];
         }
         let mut e = fault_engine(kind, &plan);
@@ -385,7 +456,7 @@ fn eio_after_a_short_write_names_file_offset_and_written_bytes() {
 
 #[test]
 fn short_writes_are_continued_and_paced() {
-    for kind in ["uring", "pread"] {
+    for kind in ["uring", "ring", "pread"] {
         let (f, _path) = empty_disk_file();
         let plan = fault_plan();
         {
@@ -403,7 +474,7 @@ fn short_writes_are_continued_and_paced() {
         assert_eq!(e.counters().short_reads, 2, "{kind}");
         assert_eq!(e.counters().write_bytes, data.len() as u64, "{kind}");
         assert_eq!(e.counters().paced_bytes, data.len() as u64, "{kind}");
-        if kind == "pread" {
+        if kind != "ring" {
             // Really short: the continuation dirties new pages, which the
             // piece's writeback takes. (On the ring the seam only rewrites
             // the CQE of a full write, so the continuation overwrites pages
@@ -423,15 +494,77 @@ fn short_writes_are_continued_and_paced() {
 
 #[test]
 fn a_refused_writeback_fails_no_write() {
-    let (f, _path) = empty_disk_file();
-    let plan = fault_plan();
-    plan.lock().unwrap().sync_errors = vec![libc::EIO];
-    let mut e = fault_engine("pread", &plan);
+    for kind in ["uring", "pread"] {
+        let (f, _path) = empty_disk_file();
+        let plan = fault_plan();
+        plan.lock().unwrap().sync_errors = vec![libc::EIO];
+        let mut e = fault_engine(kind, &plan);
+        let limit = disk_limit(1 << 30);
+        let data = pattern(64 << 10, 11);
+        let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
+        assert_eq!(r.unwrap(), data.len(), "{kind}");
+        assert_eq!(e.counters().writeback_errors, 1, "{kind}");
+    }
+}
+
+/// The ring's blocking front end does a paced write in its caller's thread
+/// (`pwrite` and `sync_file_range` through the seam, no write SQE): the
+/// caller waits anyway, and on the ring a paced piece sleeps and wakes an
+/// io-wq worker twice. It keeps the ring's path when another request is in
+/// flight (whose completions it would not reap meanwhile), and an unpaced
+/// write stays on the ring.
+#[test]
+fn the_blocking_front_end_writes_paced_pieces_in_its_own_thread() {
+    let calls = |plan: &std::sync::Arc<std::sync::Mutex<Plan>>, name: &str| {
+        plan.lock()
+            .unwrap()
+            .log
+            .iter()
+            .filter(|c| **c == name)
+            .count()
+    };
     let limit = disk_limit(1 << 30);
-    let data = pattern(64 << 10, 11);
+    let data = pattern(MIB, 14);
+    let plan = fault_plan();
+    let mut e =
+        UringEngine::with_syscalls(&RingConfig::default(), Box::new(FaultSys(plan.clone())))
+            .unwrap();
+    plan.lock().unwrap().log.clear();
+    let (f, _path) = empty_disk_file();
     let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
-    assert_eq!(r.unwrap(), data.len());
-    assert_eq!(e.counters().writeback_errors, 1);
+    assert_eq!(r.unwrap(), MIB);
+    assert_eq!(calls(&plan, "pwrite"), MIB / PIECE, "one pwrite per piece");
+    // Each piece's writeback is started; the last wait covers the rest.
+    assert!(calls(&plan, "sync_file_range") > MIB / PIECE);
+    assert_eq!(
+        calls(&plan, "io_uring_enter"),
+        0,
+        "{:?}",
+        plan.lock().unwrap().log
+    );
+    assert_eq!(e.counters().writeback_submissions, (MIB / PIECE) as u64);
+    assert_eq!(e.counters().paced_bytes, MIB as u64);
+    assert_eq!(cache_stat(&f, 0, MIB as u64).nr_dirty, 0);
+
+    // Another request in flight: the ring's path.
+    plan.lock().unwrap().log.clear();
+    let (g, _gpath) = empty_disk_file();
+    let t = e.submit_write(&g, data.clone(), 0, Some(&limit), NO_CAP);
+    let (r, _) = e.write_at(&f, data.clone(), MIB as u64, Some(&limit), NO_CAP);
+    assert_eq!(r.unwrap(), MIB);
+    assert_eq!(e.wait(t).unwrap().result.unwrap(), MIB);
+    assert_eq!(calls(&plan, "pwrite"), 0);
+    assert_eq!(calls(&plan, "sync_file_range"), 0);
+    assert!(calls(&plan, "io_uring_enter") > 0);
+
+    // Unpaced: the ring's path.
+    plan.lock().unwrap().log.clear();
+    let (r, _) = e.write_at(&f, data.clone(), 0, None, NO_CAP);
+    assert_eq!(r.unwrap(), MIB);
+    assert_eq!(calls(&plan, "pwrite"), 0);
+    let mut back = vec![0; 2 * MIB];
+    f.file().read_exact_at(&mut back, 0).unwrap();
+    assert!(back[..MIB] == data[..] && back[MIB..] == data[..]);
 }
 
 /// A file truncated between the pieces of a paced write: the kernel does
@@ -440,7 +573,7 @@ fn a_refused_writeback_fails_no_write() {
 /// truncation are in the file.
 #[test]
 fn a_file_truncated_while_written_reports_what_the_kernel_wrote() {
-    for make in [uring as fn(Policy) -> Box<dyn IoEngine>, pread] {
+    for make in [uring as fn(Policy) -> Box<dyn IoEngine>, ring, pread] {
         let (f, path) = empty_disk_file();
         // 4 MiB/s with a 1 ms burst: the four pieces of 1 MiB are ~60 ms apart.
         let limit: ThrottlePtr = disk_limit_burst(4 << 20, Duration::from_millis(1));
@@ -561,7 +694,7 @@ fn enospc_on_a_full_filesystem_reports_what_was_written() {
         }
         Err(e) => panic!("a loop filesystem is needed in CI: {e:#}"),
     };
-    for (i, make) in [uring as fn(Policy) -> Box<dyn IoEngine>, pread]
+    for (i, make) in [uring as fn(Policy) -> Box<dyn IoEngine>, ring, pread]
         .into_iter()
         .enumerate()
     {
@@ -624,7 +757,7 @@ fn the_writeback_cap_holds_across_requests_rings_and_engines() {
     assert!(cap_bytes >= 2 * PIECE as u64 && cap_bytes < 3 * PIECE as u64);
     let throttler = disk_limit_throttler(rate);
     let limit: ThrottlePtr = throttler.clone();
-    let makers: [fn(Policy) -> Box<dyn IoEngine>; 6] = [uring, uring, uring, uring, pread, pread];
+    let makers: [fn(Policy) -> Box<dyn IoEngine>; 6] = [uring, uring, ring, ring, pread, pread];
     let handles: Vec<_> = makers
         .into_iter()
         .enumerate()
