@@ -1,5 +1,8 @@
 //! `cargo xtask bench write`: throttled writes as the disk sees them. Paced
-//! writeback (ours) and the charge-at-page-cache behaviour (the same engine
+//! writeback (ours: `UringEngine::write_at`, which since 2026-12-01 writes
+//! a paced write in the writer's own thread; `SLOTRING_WRITE_ENGINE=ring`
+//! in quick runs measures the ring's own path) and the
+//! charge-at-page-cache behaviour (the same engine
 //! with pacing off: what ClickHouse's `max_local_write_bandwidth` does) side
 //! by side, one writer and eight, three rounds of a paced and an unpaced
 //! run each, 1 GiB per run at a 32 MiB/s limit, in 100 ms windows of

@@ -93,8 +93,8 @@ pub struct Completion {
 /// `io_uring_enter`. Many requests may be in flight from one thread
 /// ([`UringEngine::submit_read`] + [`UringEngine::wait_any`]); a throttle wait
 /// costs a timeout SQE, not a thread. Through [`IoEngine`], the caller's CPU
-/// lease is parked exactly while it waits on a throttle timeout (see the
-/// module docs).
+/// lease is parked exactly while it waits on a throttle timeout, and a
+/// paced write is done in the calling thread itself (see the module docs).
 ///
 /// # Dropping
 ///
