@@ -3,8 +3,9 @@
 //! # CPU leases
 //!
 //! A thread that holds a CPU slot parks its lease
-//! ([`park_current_lease`]) exactly while it waits on a throttle timeout,
-//! and never while the kernel moves data for it (ClickHouse parks around
+//! ([`park_current_lease`]) exactly while it waits on a throttle timeout
+//! (or, writing a paced write in its own thread, see "Paced writes", its
+//! piece's turn or room under the writeback cap), and never while the kernel moves data for it (ClickHouse parks around
 //! the throttler's sleep, never around the `pread`). This matters because a
 //! read linked behind a timeout is issued by the kernel as task work *in the
 //! waiting thread's context*, inside its `io_uring_enter`: the page-cache
@@ -50,9 +51,11 @@
 //! either way; on the ring each piece would cost an io-wq worker two
 //! sleeps and wake-ups (ext4's buffered write has no async path, so its
 //! copy is punted to io-wq, and `IORING_OP_SYNC_FILE_RANGE` always runs
-//! there) and the caller three. The lease is parked during the turn's
-//! wait as for every throttle wait, and held during the copy and the
-//! device's writeback. The ticket API and the async front ends keep the
+//! there) and the caller three. The lease is parked during a piece's turn
+//! and while it waits for room under the writeback cap (another request's
+//! writeback must complete), and held during the copy and the device's
+//! writeback of its own pieces. A write longer than the ring takes in one
+//! request goes to the ring and fails there, whatever is in flight. The ticket API and the async front ends keep the
 //! ring's paced path (linked write and writeback SQEs): they never block
 //! their caller's thread on IO.
 
@@ -375,7 +378,7 @@ impl IoEngine for UringEngine {
         // engine does it, when nothing else is in flight on the ring (whose
         // completions this thread would not reap meanwhile). See the module
         // docs, "Paced writes".
-        if self.core.in_flight() == 0 && self.core.paces(file, throttle) {
+        if self.core.writes_in_thread(file, throttle, buf.len()) {
             let r = self
                 .core
                 .thread_io()

@@ -8,9 +8,9 @@
 //! device has completed it (its `SYNC_FILE_RANGE(WAIT_BEFORE | WRITE |
 //! WAIT_AFTER)` returned). A piece waiting for its turn holds no room: a
 //! booked piece is not on its way to the device yet (on the ring, room is
-//! taken at the expiry of the piece's standalone timeout; the `pread`
-//! engine takes it before the `pwrite` and sleeps the piece's charge
-//! after it). Every request that charges a
+//! taken at the expiry of the piece's standalone timeout; in the caller's
+//! thread, `pread::ThreadIo`, after the piece's charge has slept and before
+//! its `pwrite`). Every request that charges a
 //! rate-limited block-device throttler `T` of rate `r` shares one
 //! [`WritebackCap`] of `T`, whatever ring or engine it runs on:
 //!

@@ -445,10 +445,20 @@ impl Core {
         self.ring.live_count()
     }
 
-    /// Whether a write of `file` under `throttle` is paced
-    /// ([`Writeback::Paced`]).
-    pub(crate) fn paces(&self, file: &UringFile, throttle: Option<&ThrottlePtr>) -> bool {
-        self.policy.writeback(Op::Write, file, throttle) == Writeback::Paced
+    /// Whether the blocking front end writes `len` bytes of `file` under
+    /// `throttle` in its caller's own thread ([`ThreadIo`]): a paced write
+    /// ([`Writeback::Paced`]), nothing else in flight (whose completions
+    /// the thread would not reap meanwhile), and a length the ring takes
+    /// (so that a write's outcome never depends on the path it took).
+    pub(crate) fn writes_in_thread(
+        &self,
+        file: &UringFile,
+        throttle: Option<&ThrottlePtr>,
+        len: usize,
+    ) -> bool {
+        self.in_flight() == 0
+            && len <= MAX_IO
+            && self.policy.writeback(Op::Write, file, throttle) == Writeback::Paced
     }
 
     /// The calling thread's own blocking IO, through this ring's syscall

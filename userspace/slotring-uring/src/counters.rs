@@ -42,9 +42,12 @@ slotring_counters::counter_set! {
         /// block-device throttler completes.
         counter writeback_cap_waits: "Paced write pieces that found no room under their block-device throttler's writeback cap.",
         /// Per piece: on the ring, from the reap of its write's CQE to the
-        /// reap of its writeback's; in the `pread` engine, from the
+        /// reap of its writeback's; in the caller's thread (the `pread`
+        /// engine, a blocking `UringEngine::write_at`), from the
         /// `sync_file_range(WRITE)` that starts it to the return of the one
-        /// that waits for it. Divided by `writeback_submissions`, the
+        /// that waits for it, which comes only at the depth or the cap, so
+        /// it is an upper bound there (the writer's next turns may be in
+        /// it). Divided by `writeback_submissions`, the
         /// device's mean writeback latency; by Little's law, once it exceeds
         /// what the writeback cap holds divided by the rate, the device, not
         /// the limit, paces the writers.

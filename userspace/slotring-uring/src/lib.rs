@@ -11,8 +11,9 @@
 //!
 //! Front ends: [`UringEngine`] (blocking, the caller waits in
 //! `io_uring_enter`; through [`IoEngine`] its CPU lease is parked exactly
-//! while it waits on a throttle timeout, never while the kernel copies its
-//! data; many requests per thread via
+//! while it waits on a throttle (a timeout, or in its own thread a paced
+//! piece's turn or room under the writeback cap), never while the kernel
+//! copies its data; many requests per thread via
 //! [`UringEngine::submit_read`]/[`UringEngine::wait_any`]) and
 //! [`AsyncEngine`] (tokio, eventfd + `AsyncFd`). [`PreadEngine`] serves the
 //! same [`IoEngine`] trait where io_uring is unavailable
@@ -25,7 +26,9 @@
 //! throttled pace: it is booked and issued in pieces of 256 KiB, each
 //! followed at once by its writeback, completed by the device (on the ring
 //! an `IORING_OP_SYNC_FILE_RANGE(WAIT_BEFORE | WRITE | WAIT_AFTER)` linked
-//! to the write, in [`PreadEngine`] `sync_file_range(2)`), at most
+//! to the write; in [`PreadEngine`], and in a [`UringEngine`]'s
+//! [`IoEngine::write_at`] when its ring holds nothing else, `pwrite` and
+//! `sync_file_range(2)` in the caller's own thread), at most
 //! [`Policy::writeback_depth`] pieces of a request on their way to the
 //! device, so the kernel does not flush it later in a burst; `O_DIRECT` needs no pacing and tmpfs has no disk
 //! (see `policy.rs`). Pacing promises no durability: `fsync` stays the

@@ -179,8 +179,8 @@ pub trait Syscalls: Send + 'static {
         }
     }
 
-    /// `sync_file_range(2)` of the range (the `pread` engine's paced
-    /// writeback; no flush, no durability): with `complete` false,
+    /// `sync_file_range(2)` of the range (paced writeback in the caller's
+    /// thread, `pread::ThreadIo`; no flush, no durability): with `complete` false,
     /// `SYNC_FILE_RANGE_WRITE` starts the writeback of its dirty pages; with
     /// `complete` true, [`WRITEBACK_FLAGS`] writes back what is dirty and
     /// waits until the device has completed the whole range.

@@ -40,6 +40,16 @@ fn uring(policy: Policy) -> Box<dyn IoEngine> {
 /// when nothing else is in flight).
 struct Tickets(UringEngine);
 
+impl Tickets {
+    /// Wait for `t` and hand back its result and buffer.
+    fn collect(&mut self, t: slotring_uring::Ticket) -> slotring_uring::BufResult<usize, Vec<u8>> {
+        match self.0.wait(t) {
+            Ok(c) => (c.result, c.buf),
+            Err(e) => (Err(e), Vec::new()),
+        }
+    }
+}
+
 impl IoEngine for Tickets {
     fn read_at(
         &mut self,
@@ -50,10 +60,7 @@ impl IoEngine for Tickets {
         max_block: Duration,
     ) -> slotring_uring::BufResult<usize, Vec<u8>> {
         let t = self.0.submit_read(file, buf, offset, throttle, max_block);
-        match self.0.wait(t) {
-            Ok(c) => (c.result, c.buf),
-            Err(e) => (Err(e), Vec::new()),
-        }
+        self.collect(t)
     }
 
     fn write_at(
@@ -65,10 +72,7 @@ impl IoEngine for Tickets {
         max_block: Duration,
     ) -> slotring_uring::BufResult<usize, Vec<u8>> {
         let t = self.0.submit_write(file, buf, offset, throttle, max_block);
-        match self.0.wait(t) {
-            Ok(c) => (c.result, c.buf),
-            Err(e) => (Err(e), Vec::new()),
-        }
+        self.collect(t)
     }
 
     fn counters(&self) -> UringCounters {
@@ -88,6 +92,26 @@ fn ring(policy: Policy) -> Box<dyn IoEngine> {
     Box::new(Tickets(
         UringEngine::new(&cfg).expect("io_uring is enabled on this machine"),
     ))
+}
+
+/// The blocking front end with another request held (a finished read
+/// nobody collected): its paced `write_at` takes the ring's path (the
+/// turn's wait staged, then linked), as for a thread with tickets in
+/// flight.
+fn busy(policy: Policy) -> Box<dyn IoEngine> {
+    let cfg = RingConfig {
+        policy,
+        ..RingConfig::default()
+    };
+    let mut e = UringEngine::new(&cfg).expect("io_uring is enabled on this machine");
+    let (f, _path) = empty_disk_file();
+    let _held = e.submit_read(&f, Vec::new(), 0, None, NO_CAP);
+    assert_eq!(
+        e.in_flight(),
+        1,
+        "a finished request is held until collected"
+    );
+    Box::new(e)
 }
 
 fn pread(policy: Policy) -> Box<dyn IoEngine> {
@@ -212,6 +236,11 @@ fn uring_paced_writes_reach_the_disk_before_the_next_window() {
 #[test]
 fn ring_paced_writes_reach_the_disk_before_the_next_window() {
     paced_writes_reach_the_disk(ring);
+}
+
+#[test]
+fn busy_ring_paced_writes_reach_the_disk_before_the_next_window() {
+    paced_writes_reach_the_disk(busy);
 }
 
 #[test]
@@ -377,6 +406,11 @@ fn uring_large_writes_go_in_booked_pieces() {
 #[test]
 fn ring_large_writes_go_in_booked_pieces() {
     large_writes_go_in_booked_pieces(ring);
+}
+
+#[test]
+fn busy_ring_large_writes_go_in_booked_pieces() {
+    large_writes_go_in_booked_pieces(busy);
 }
 
 #[test]
@@ -573,7 +607,7 @@ fn the_blocking_front_end_writes_paced_pieces_in_its_own_thread() {
 /// truncation are in the file.
 #[test]
 fn a_file_truncated_while_written_reports_what_the_kernel_wrote() {
-    for make in [uring as fn(Policy) -> Box<dyn IoEngine>, ring, pread] {
+    for make in [uring as fn(Policy) -> Box<dyn IoEngine>, ring, busy, pread] {
         let (f, path) = empty_disk_file();
         // 4 MiB/s with a 1 ms burst: the four pieces of 1 MiB are ~60 ms apart.
         let limit: ThrottlePtr = disk_limit_burst(4 << 20, Duration::from_millis(1));
@@ -750,7 +784,9 @@ fn disk_limit_burst(rate: u64, burst: Duration) -> Arc<Throttler> {
 #[test]
 fn the_writeback_cap_holds_across_requests_rings_and_engines() {
     // 32 MiB/s: the default cap (16 ms of the rate) has room for two
-    // pieces; six writers on four rings and two pread engines share it.
+    // pieces; six writers share it: two blocking front ends (their paced
+    // writes in their own threads), two rings' ticket paths and two pread
+    // engines.
     let rate = 32 << 20;
     let cap = Policy::default().writeback_cap.unwrap();
     let cap_bytes = (rate as u128 * cap.as_nanos() / 1_000_000_000) as u64;
