@@ -26,12 +26,17 @@ const MIB: usize = 1 << 20;
 /// The engines' piece size (`policy::WRITEBACK_PIECE`).
 const PIECE: usize = 256 << 10;
 
-fn uring(policy: Policy) -> Box<dyn IoEngine> {
+/// A ring with `policy`.
+fn ring_engine(policy: Policy) -> UringEngine {
     let cfg = RingConfig {
         policy,
         ..RingConfig::default()
     };
-    Box::new(UringEngine::new(&cfg).expect("io_uring is enabled on this machine"))
+    UringEngine::new(&cfg).expect("io_uring is enabled on this machine")
+}
+
+fn uring(policy: Policy) -> Box<dyn IoEngine> {
+    Box::new(ring_engine(policy))
 }
 
 /// The ring's own paced path: a piece's write and its writeback as linked
@@ -85,13 +90,7 @@ impl IoEngine for Tickets {
 }
 
 fn ring(policy: Policy) -> Box<dyn IoEngine> {
-    let cfg = RingConfig {
-        policy,
-        ..RingConfig::default()
-    };
-    Box::new(Tickets(
-        UringEngine::new(&cfg).expect("io_uring is enabled on this machine"),
-    ))
+    Box::new(Tickets(ring_engine(policy)))
 }
 
 /// The blocking front end with another request held (a finished read
@@ -99,11 +98,7 @@ fn ring(policy: Policy) -> Box<dyn IoEngine> {
 /// turn's wait staged, then linked), as for a thread with tickets in
 /// flight.
 fn busy(policy: Policy) -> Box<dyn IoEngine> {
-    let cfg = RingConfig {
-        policy,
-        ..RingConfig::default()
-    };
-    let mut e = UringEngine::new(&cfg).expect("io_uring is enabled on this machine");
+    let mut e = ring_engine(policy);
     let (f, _path) = empty_disk_file();
     let _held = e.submit_read(&f, Vec::new(), 0, None, NO_CAP);
     assert_eq!(
