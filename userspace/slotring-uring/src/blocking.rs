@@ -5,7 +5,8 @@
 //! A thread that holds a CPU slot parks its lease
 //! ([`park_current_lease`]) exactly while it waits on a throttle timeout
 //! (or, writing a paced write in its own thread, see "Paced writes", its
-//! piece's turn or room under the writeback cap), and never while the kernel moves data for it (ClickHouse parks around
+//! piece's turn or room under the writeback cap), and never while the
+//! kernel moves data for it (ClickHouse parks around
 //! the throttler's sleep, never around the `pread`). This matters because a
 //! read linked behind a timeout is issued by the kernel as task work *in the
 //! waiting thread's context*, inside its `io_uring_enter`: the page-cache
@@ -55,9 +56,10 @@
 //! and while it waits for room under the writeback cap (another request's
 //! writeback must complete), and held during the copy and the device's
 //! writeback of its own pieces. A write longer than the ring takes in one
-//! request goes to the ring and fails there, whatever is in flight. The ticket API and the async front ends keep the
-//! ring's paced path (linked write and writeback SQEs): they never block
-//! their caller's thread on IO.
+//! request goes to the ring and fails there, whatever is in flight. The
+//! ticket API and the async front ends keep the ring's paced path (linked
+//! write and writeback SQEs): they never block their caller's thread on
+//! IO.
 
 use std::sync::Arc;
 use std::time::Duration;
