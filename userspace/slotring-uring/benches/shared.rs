@@ -108,6 +108,7 @@ fn shared_run(f: &Arc<UringFile>, reaper: Reaper, rings: usize) -> Run {
             ring: RingConfig::default(),
             rings,
             reaper,
+            ..SharedConfig::default()
         })
         .unwrap();
         let t = disk_throttle();

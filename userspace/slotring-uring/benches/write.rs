@@ -34,7 +34,8 @@ use nix::sys::resource::{UsageWho, getrusage};
 use slotring_benchkit::{Report, median};
 use slotring_throttle::{ThrottlePtr, Throttler, UNLIMITED_BLOCK};
 use slotring_uring::{
-    IoEngine, Policy, PreadEngine, RealSyscalls, RingConfig, Syscalls, UringEngine, UringFile,
+    IoEngine, PacedWrites, Policy, PreadEngine, RealSyscalls, RingConfig, SharedConfig,
+    SharedEngine, Syscalls, UringEngine, UringFile,
 };
 
 const MIB: u64 = 1 << 20;
@@ -497,7 +498,36 @@ fn peak(windows: &[Window], pick: fn(&Window) -> u64) -> f64 {
 /// One run. Its machine CPU includes the neighbours' (printed beforehand as
 /// the machine's busy rate while nothing of ours runs): compare it on a
 /// quiet machine.
-fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run {
+/// Which front end the writers write through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Writer {
+    /// `UringEngine::write_at` (blocking; a paced write in the writer's
+    /// own thread): the bench's own.
+    Blocking,
+    /// `SharedEngine::write_at` from a tokio task, its paced writes where
+    /// it says.
+    Shared(PacedWrites),
+    /// The ring's own paced path, through the ticket API.
+    Tickets,
+    /// The `pread` engine.
+    Pread,
+}
+
+impl Writer {
+    /// `SLOTRING_WRITE_ENGINE` (quick runs): `ring` (the ticket API),
+    /// `shared`, `shared-ring`, `pread`; otherwise the blocking front end.
+    fn from_env() -> Self {
+        match std::env::var("SLOTRING_WRITE_ENGINE").as_deref() {
+            Ok("ring") => Writer::Tickets,
+            Ok("shared") => Writer::Shared(PacedWrites::BlockingPool),
+            Ok("shared-ring") => Writer::Shared(PacedWrites::Ring),
+            Ok("pread") => Writer::Pread,
+            _ => Writer::Blocking,
+        }
+    }
+}
+
+fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize, writer: Writer) -> Run {
     let throttler = Arc::new(
         Throttler::builder(limit_rate())
             .burst(BURST)
@@ -553,37 +583,56 @@ fn run(dir: &Path, dev: &Path, host: &Path, paced: bool, writers: usize) -> Run 
                     policy,
                     ..RingConfig::default()
                 };
-                let engine = std::env::var("SLOTRING_WRITE_ENGINE").ok();
                 let mut buf = vec![0x5a; chunk];
                 let mut off = 0;
-                // SLOTRING_WRITE_ENGINE=ring: the ring's own paced path
-                // (write and writeback as linked SQEs, on io-wq), through
-                // the ticket API; the blocking front end's `write_at` does
-                // a paced write in the writer's own thread (a debugging
-                // aid for quick runs).
-                if engine.as_deref() == Some("ring") {
-                    let mut e = UringEngine::new(&cfg).unwrap();
-                    while off < share {
-                        let t = e.submit_write(&f, buf, off, Some(&limit), UNLIMITED_BLOCK);
-                        let c = e.wait(t).unwrap();
-                        off += c.result.unwrap() as u64;
-                        buf = c.buf;
+                match writer {
+                    Writer::Tickets => {
+                        let mut e = UringEngine::new(&cfg).unwrap();
+                        while off < share {
+                            let t = e.submit_write(&f, buf, off, Some(&limit), UNLIMITED_BLOCK);
+                            let c = e.wait(t).unwrap();
+                            off += c.result.unwrap() as u64;
+                            buf = c.buf;
+                        }
+                        (t0.elapsed(), e.counters())
                     }
-                    return (t0.elapsed(), e.counters());
+                    Writer::Shared(paced_writes) => {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .unwrap();
+                        rt.block_on(async move {
+                            let e = SharedEngine::new(&SharedConfig {
+                                ring: cfg,
+                                rings: 1,
+                                paced_writes,
+                                ..SharedConfig::default()
+                            })
+                            .unwrap();
+                            while off < share {
+                                let (r, b) = e
+                                    .write_at(&f, buf, off, Some(&limit), UNLIMITED_BLOCK)
+                                    .await;
+                                off += r.unwrap() as u64;
+                                buf = b;
+                            }
+                            (t0.elapsed(), e.counters())
+                        })
+                    }
+                    Writer::Blocking | Writer::Pread => {
+                        let mut e: Box<dyn IoEngine> = if writer == Writer::Pread {
+                            Box::new(PreadEngine::new(policy))
+                        } else {
+                            Box::new(UringEngine::new(&cfg).unwrap())
+                        };
+                        while off < share {
+                            let (r, b) = e.write_at(&f, buf, off, Some(&limit), UNLIMITED_BLOCK);
+                            off += r.unwrap() as u64;
+                            buf = b;
+                        }
+                        (t0.elapsed(), e.counters())
+                    }
                 }
-                // SLOTRING_WRITE_ENGINE=pread: the blocking engine (a
-                // debugging aid for quick runs).
-                let mut e: Box<dyn IoEngine> = if engine.as_deref() == Some("pread") {
-                    Box::new(PreadEngine::new(policy))
-                } else {
-                    Box::new(UringEngine::new(&cfg).unwrap())
-                };
-                while off < share {
-                    let (r, b) = e.write_at(&f, buf, off, Some(&limit), UNLIMITED_BLOCK);
-                    off += r.unwrap() as u64;
-                    buf = b;
-                }
-                (t0.elapsed(), e.counters())
             })
         })
         .collect();
@@ -875,8 +924,19 @@ fn fresh_disk(host: &Path, on_loop: bool) -> (Option<LoopDisk>, PathBuf, PathBuf
 /// false): the runs are compared with one another (CPU above all), so none
 /// inherits another's state.
 fn fresh_run(host: &Path, host_stat: &Path, paced: bool, writers: usize, on_loop: bool) -> Run {
+    fresh_run_of(host, host_stat, paced, writers, on_loop, Writer::Blocking)
+}
+
+fn fresh_run_of(
+    host: &Path,
+    host_stat: &Path,
+    paced: bool,
+    writers: usize,
+    on_loop: bool,
+    writer: Writer,
+) -> Run {
     let (disk, dir, dev_stat) = fresh_disk(host, on_loop);
-    let r = run(&dir, &dev_stat, host_stat, paced, writers);
+    let r = run(&dir, &dev_stat, host_stat, paced, writers, writer);
     drop(disk);
     r
 }
@@ -948,7 +1008,14 @@ fn main() {
             .and_then(|w| w.parse().ok())
             .map_or(vec![1, 8], |w| vec![w]);
         for writers in counts {
-            fresh_run(&host, &host_stat, which != "pagecache", writers, true);
+            fresh_run_of(
+                &host,
+                &host_stat,
+                which != "pagecache",
+                writers,
+                true,
+                Writer::from_env(),
+            );
         }
         return;
     }
@@ -1012,6 +1079,13 @@ fn main() {
     // shared disk stalls now and then; the worst run is printed too).
     let mut ours: Vec<Vec<Run>> = Vec::new();
     let mut pagecache: Vec<Vec<Run>> = Vec::new();
+    // One writer through the async front end (`SharedEngine`, its paced
+    // writes on tokio's blocking pool) in each round too, beside the pair.
+    let mut shared: Vec<Run> = Vec::new();
+    let shared_run = || {
+        let writer = Writer::Shared(PacedWrites::BlockingPool);
+        fresh_run_of(&host, &host_stat, true, 1, true, writer)
+    };
     for writers in [1, 8] {
         let (mut o, mut p) = (Vec::new(), Vec::new());
         for round in 0..ROUNDS {
@@ -1021,7 +1095,13 @@ fn main() {
             if round % 2 == 0 {
                 o.push(fresh_run(&host, &host_stat, true, writers, true));
                 p.push(fresh_run(&host, &host_stat, false, writers, true));
+                if writers == 1 {
+                    shared.push(shared_run());
+                }
             } else {
+                if writers == 1 {
+                    shared.push(shared_run());
+                }
                 p.push(fresh_run(&host, &host_stat, false, writers, true));
                 o.push(fresh_run(&host, &host_stat, true, writers, true));
             }
@@ -1297,6 +1377,57 @@ fn main() {
             median(&mut vs_fio)
         },
         "what pacing costs one writer of ours / what it costs fio (one job), per piece, round by round (fio runs beside each round), median; goal <= 1.2; judge it only in the VM's quiet state (write_cpu_s_per_gb_pagecache about 1 or less: in the expensive one the differences are noise) (in place of write_cpu_ratio's: with 256 KiB pieces the kernel's own share alone puts any pacer above 1.2x the unpaced path here, see ARCHITECTURE.md)",
+    );
+    // The async front end, round by round: against the blocking front end
+    // (the whole paced path), and its pacing against fio's as above.
+    let mut shared_vs_blocking: Vec<f64> = shared
+        .iter()
+        .zip(&ours[0])
+        .map(|(s, o)| s.cpu_s_per_gb / o.cpu_s_per_gb)
+        .collect();
+    let mut shared_vs_fio: Vec<f64> = fio_rounds
+        .iter()
+        .zip(&shared)
+        .zip(&pagecache[0])
+        .filter_map(|((f, s), p)| {
+            let [sfr, b, _] = f.as_ref()?;
+            Some(
+                per_piece_us(s.cpu_s_per_gb, p.cpu_s_per_gb)
+                    / per_piece_us(sfr.cpu_s_per_gb, b.cpu_s_per_gb),
+            )
+        })
+        .collect();
+    eprintln!(
+        "the async front end by round: CPU s/GiB {:?}, / the blocking front end's {:?}, pacing / fio's {:?}",
+        shared.iter().map(|r| r.cpu_s_per_gb).collect::<Vec<_>>(),
+        shared_vs_blocking,
+        shared_vs_fio
+    );
+    let or_nan = |v: &mut Vec<f64>| if v.is_empty() { f64::NAN } else { median(v) };
+    report.put(
+        "write_cpu_s_per_gb_shared",
+        or_nan(&mut shared.iter().map(|r| r.cpu_s_per_gb).collect()),
+        "one writer through SharedEngine (a tokio task; paced writes on tokio's blocking pool), paced, CPU s per GiB as write_cpu_s_per_gb, median of the rounds",
+    );
+    report.put(
+        "write_shared_cpu_vs_blocking",
+        or_nan(&mut shared_vs_blocking),
+        "SharedEngine's paced path / the blocking front end's, CPU per GiB, one writer, round by round, median",
+    );
+    report.put(
+        "write_pacing_cpu_vs_fio_shared",
+        or_nan(&mut shared_vs_fio),
+        "as write_pacing_cpu_vs_fio for SharedEngine (paced minus the round's unpaced run, per piece, / fio's), median; goal <= 1.2, judged in the quiet state only",
+    );
+    report.put(
+        "write_disk_peak_ratio_shared",
+        shared.iter().map(|r| r.peak_ratio).fold(f64::MIN, f64::max),
+        "peak 100 ms device write rate / 32 MiB/s, SharedEngine, worst run; goal <= 1.2",
+    );
+    report.put(
+        "write_throughput_ratio_shared",
+        or_nan(&mut shared.iter().map(|r| r.throughput_ratio).collect()),
+        "SharedEngine writer's achieved / limit, median of the rounds; goal >= 0.98",
     );
     // Whether a ring's handoff explains ours: each write an SQE that io-wq
     // runs, where fio's pwrite copies in its own thread.

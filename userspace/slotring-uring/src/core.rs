@@ -112,6 +112,21 @@ use crate::sys::{Cqe, IoKind, IoSqe, Ring, SetupParams, SlotId, Syscalls, Tag, m
 /// Largest single SQE transfer we issue.
 const MAX_IO: usize = 1 << 30;
 
+/// Whether a write of `len` bytes of `file` under `throttle` is one that a
+/// thread may do itself ([`ThreadIo`]) instead of the ring: a paced write
+/// ([`Writeback::Paced`]) of a length the ring takes (so that a write's
+/// outcome never depends on the path it took). The blocking front end
+/// adds "nothing else in flight" ([`Core::writes_in_thread`]); the shared
+/// front end sends it to tokio's blocking pool (`shared.rs`).
+pub(crate) fn paced_in_thread(
+    policy: &Policy,
+    file: &UringFile,
+    throttle: Option<&ThrottlePtr>,
+    len: usize,
+) -> bool {
+    len <= MAX_IO && policy.writeback(Op::Write, file, throttle) == Writeback::Paced
+}
+
 /// How a throttle wait booked before a request's IO goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum PreIoWait {
@@ -456,9 +471,7 @@ impl Core {
         throttle: Option<&ThrottlePtr>,
         len: usize,
     ) -> bool {
-        self.in_flight() == 0
-            && len <= MAX_IO
-            && self.policy.writeback(Op::Write, file, throttle) == Writeback::Paced
+        self.in_flight() == 0 && paced_in_thread(&self.policy, file, throttle, len)
     }
 
     /// The calling thread's own blocking IO, through this ring's syscall
@@ -468,6 +481,7 @@ impl Core {
             sys: self.ring.sys(),
             policy: self.policy,
             counters: &mut self.counters,
+            cancel: None,
         }
     }
 

@@ -100,7 +100,7 @@ pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
 pub use crate::policy::{Op, Policy};
 pub use crate::pread::PreadEngine;
-pub use crate::shared::{AsyncIo, Reaper, SharedConfig, SharedEngine};
+pub use crate::shared::{AsyncIo, PacedWrites, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls, WARM_UP_USER_DATA};
 pub use crate::tokio::AsyncEngine;

@@ -6,6 +6,7 @@
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Wake, Waker};
 use std::time::Duration;
 
@@ -80,6 +81,7 @@ impl PreadEngine {
             sys: self.sys.as_mut(),
             policy: self.policy,
             counters: &mut self.counters,
+            cancel: None,
         }
     }
 }
@@ -89,11 +91,17 @@ impl PreadEngine {
 /// the ring's blocking front end ([`crate::UringEngine`]), whose caller
 /// waits anyway (a paced piece on the ring costs an io-wq worker's sleeps
 /// and wake-ups: ext4's buffered write has no async path, and
-/// `IORING_OP_SYNC_FILE_RANGE` always runs on io-wq).
+/// `IORING_OP_SYNC_FILE_RANGE` always runs on io-wq), and the paced writes
+/// of [`crate::SharedEngine`], on tokio's blocking pool.
 pub(crate) struct ThreadIo<'a> {
     pub(crate) sys: &'a mut dyn Syscalls,
     pub(crate) policy: Policy,
     pub(crate) counters: &'a mut UringCounters,
+    /// Set when nobody waits for the request any more (the async front
+    /// end's future was dropped): a paced write books no further piece.
+    /// Read with `Relaxed`: it carries no data, and a late look costs at
+    /// most one piece.
+    pub(crate) cancel: Option<&'a AtomicBool>,
 }
 
 impl ThreadIo<'_> {
@@ -177,7 +185,7 @@ impl ThreadIo<'_> {
         }
     }
 
-    fn read(
+    pub(crate) fn read(
         &mut self,
         file: &Arc<UringFile>,
         buf: &mut [u8],
@@ -269,7 +277,12 @@ impl ThreadIo<'_> {
     /// write does. Otherwise the whole buffer is
     /// one piece, charged after its `pwrite` as the reads are. A failure
     /// names the file, the offset reached and the bytes written before it
-    /// (which are counted in `write_bytes`).
+    /// (which are counted in `write_bytes`). A paced write whose `cancel`
+    /// is set stops before its next piece (looked at before the piece is
+    /// booked and again when its turn has come), waits for the device to
+    /// complete the pieces it wrote, and ends as [`UringError::Cancelled`]
+    /// (its pieces count in `paced_bytes`, none in `write_bytes`: nobody
+    /// is told of them, as for a cancelled request on the ring).
     pub(crate) fn write(
         &mut self,
         file: &Arc<UringFile>,
@@ -303,6 +316,15 @@ impl ThreadIo<'_> {
         let mut started = VecDeque::new();
         let mut done = 0;
         while done < buf.len() {
+            if paced && self.cancelled() {
+                return Err(self.cancelled_after(
+                    fd,
+                    offset,
+                    (landed, done),
+                    &mut started,
+                    &mut cap,
+                ));
+            }
             let end = (done + piece).min(buf.len());
             // What the piece is charged (a write moves all of it or fails).
             let n = (end - done) as u64;
@@ -319,23 +341,21 @@ impl ThreadIo<'_> {
             if paced {
                 self.charge(throttle, max_block, pc, disk)
                     .map_err(|e| self.wrote_before(done, e))?;
+                if self.cancelled() {
+                    return Err(self.cancelled_after(
+                        fd,
+                        offset,
+                        (landed, done),
+                        &mut started,
+                        &mut cap,
+                    ));
+                }
             }
             while !cap.try_acquire((end - done) as u64, &waker) {
                 self.counters.writeback_cap_waits += 1;
                 if landed < done {
                     // Our own pieces hold room: complete them first.
-                    let waited = self.sys.sync_file_range(
-                        fd,
-                        offset + landed as u64,
-                        (done - landed) as u64,
-                        true,
-                    );
-                    self.writebacks_waited(&mut started, done, waited.is_ok());
-                    if waited.is_err() {
-                        self.counters.writeback_errors += 1;
-                    }
-                    cap.release((done - landed) as u64);
-                    landed = done;
+                    landed = self.land(fd, offset, (landed, done), &mut started, &mut cap);
                     continue;
                 }
                 // Another request's writeback completes and wakes us
@@ -399,18 +419,7 @@ impl ThreadIo<'_> {
                     (depth - 1) * piece
                 };
                 let upto = end.saturating_sub(keep).max(landed);
-                if upto > landed {
-                    let len = (upto - landed) as u64;
-                    let waited = self
-                        .sys
-                        .sync_file_range(fd, offset + landed as u64, len, true);
-                    self.writebacks_waited(&mut started, upto, waited.is_ok());
-                    if waited.is_err() {
-                        self.counters.writeback_errors += 1;
-                    }
-                    cap.release(len);
-                    landed = upto;
-                }
+                landed = self.land(fd, offset, (landed, upto), &mut started, &mut cap);
             }
             done = end;
             if !paced {
@@ -421,6 +430,53 @@ impl ThreadIo<'_> {
         self.counters.writes += 1;
         self.counters.write_bytes += done as u64;
         Ok(done)
+    }
+
+    /// Wait for the device to complete the request's bytes in `from..to`
+    /// (relative to `offset`; pieces whose writeback was started), then
+    /// give back their room under the caps. Returns `to`: the bytes before
+    /// it are on the device (or, if the wait failed, left to the kernel's
+    /// flush, counted in `writeback_errors`).
+    fn land(
+        &mut self,
+        fd: std::os::fd::RawFd,
+        offset: u64,
+        (from, to): (usize, usize),
+        started: &mut VecDeque<(usize, u64)>,
+        cap: &mut CapHold,
+    ) -> usize {
+        if to > from {
+            let len = (to - from) as u64;
+            let waited = self
+                .sys
+                .sync_file_range(fd, offset + from as u64, len, true);
+            self.writebacks_waited(started, to, waited.is_ok());
+            if waited.is_err() {
+                self.counters.writeback_errors += 1;
+            }
+            cap.release(len);
+        }
+        to
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// A paced write cancelled with its bytes `landed..done` still on their
+    /// way to the device: they land first (their room is given back only
+    /// once the device has them, as on every other way), then it ends.
+    fn cancelled_after(
+        &mut self,
+        fd: std::os::fd::RawFd,
+        offset: u64,
+        (landed, done): (usize, usize),
+        started: &mut VecDeque<(usize, u64)>,
+        cap: &mut CapHold,
+    ) -> UringError {
+        self.land(fd, offset, (landed, done), started, cap);
+        self.counters.cancellations += 1;
+        UringError::Cancelled
     }
 
     /// A write that fails after its first `done` bytes (all in the file)

@@ -28,28 +28,52 @@
 //!   tasks only submit and sleep. One more thread per ring and a
 //!   cross-thread wake-up per completion.
 //!
+//! # Paced writes
+//!
+//! A paced write ([`crate::Policy::writeback`]: a throttled buffered write
+//! on a disk filesystem) goes, by default ([`PacedWrites::BlockingPool`]),
+//! to tokio's blocking pool, where one thread does what the blocking front
+//! end does in its caller's thread (`pread::ThreadIo`): it sleeps for each
+//! piece's turn, `pwrite`s it, starts its writeback with
+//! `sync_file_range(2)`, and waits for the device at the writeback depth.
+//! On the ring the same write costs an io-wq worker two sleeps and wake-ups
+//! per piece and the task a wake-up more (ext4 has no async buffered write,
+//! so io_uring runs the copy on io-wq anyway, and
+//! `IORING_OP_SYNC_FILE_RANGE` always runs there): measured in ARCHITECTURE
+//! ("CPU per GiB, a sixth time"). The price is a pool thread held for the
+//! write's whole life, its turns included (tokio's pool has 512 by
+//! default); [`PacedWrites::Ring`] keeps every wait in the ring instead.
+//! Unpaced writes and all reads stay on the rings.
+//!
 //! # Without io_uring
 //!
-//! [`SharedEngine::open`] falls back to the `pread` engine on tokio's
-//! blocking pool (the same charging policy, `policy.rs`, through
-//! [`PreadEngine`]) and returns the reason io_uring could not be used, once.
+//! [`SharedEngine::open`] falls back to the `pread` engine's code on tokio's
+//! blocking pool (the same charging policy, `policy.rs`), for every request,
+//! and returns the reason io_uring could not be used, once.
 //!
 //! # Cancellation
 //!
-//! Dropping a read's future cancels it: the request becomes `Ignored` in its
-//! ring, and its buffer stays with the ring until the last CQE of its chain
-//! arrives (see `core.rs`). On the pread fallback the blocking call runs to
-//! its end and its buffer is dropped with it.
+//! Dropping a request's future cancels it. On a ring the request becomes
+//! `Ignored`, and its buffer stays with the ring until the last CQE of its
+//! chain arrives (see `core.rs`). On the blocking pool the call keeps its
+//! buffer until it returns: a paced write stops before its next piece (at
+//! the latest when that piece's turn comes) and waits for the device to
+//! complete what it wrote; any other call runs to its end.
+//! [`SharedEngine::in_flight`] counts such calls until they return.
 //!
 //! # Memory ordering
 //!
-//! The only atomic is the counter that hands out thread indices
-//! (`Relaxed`: any distinct value will do). Everything else a ring shares
-//! is behind its mutex.
+//! The counter that hands out thread indices is `Relaxed` (any distinct
+//! value will do), and so is a blocking call's cancel flag (it carries no
+//! data; a late look costs one piece). The count of blocking calls is
+//! decremented with `Release` after the call's counters are merged and its
+//! room under the writeback caps is given back, and read with `Acquire`, so
+//! that whoever sees it reach zero sees those too. Everything else a ring
+//! shares is behind its mutex.
 
 use std::future::{Future, poll_fn};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -60,11 +84,11 @@ use tokio::io::unix::AsyncFd;
 
 use crate::core::{Core, PreIoWait, Submit};
 use crate::counters::UringCounters;
-use crate::engine::{IoEngine, RingConfig};
+use crate::engine::RingConfig;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::{Op, Policy};
-use crate::pread::PreadEngine;
+use crate::pread::ThreadIo;
 use crate::sys::{RealSyscalls, SlotId, Syscalls, async_eventfd};
 
 /// How completions reach the waiting tasks (see the module docs).
@@ -88,6 +112,22 @@ pub struct SharedConfig {
     pub rings: usize,
     /// How completions reach the tasks.
     pub reaper: Reaper,
+    /// Where paced writes run (see the module docs, "Paced writes").
+    pub paced_writes: PacedWrites,
+}
+
+/// Where a [`SharedEngine`] runs a paced write (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PacedWrites {
+    /// On tokio's blocking pool, in one thread that sleeps for each piece's
+    /// turn and writes it back itself: the CPU of a thread doing its own
+    /// pacing, a pool thread held for the write's life.
+    #[default]
+    BlockingPool,
+    /// On the ring: each piece's turn a timeout SQE, its write and
+    /// writeback linked SQEs on io-wq. No thread held while waiting; more
+    /// CPU per piece.
+    Ring,
 }
 
 impl Default for SharedConfig {
@@ -96,6 +136,7 @@ impl Default for SharedConfig {
             ring: RingConfig::default(),
             rings: 0,
             reaper: Reaper::Reactor,
+            paced_writes: PacedWrites::BlockingPool,
         }
     }
 }
@@ -134,17 +175,21 @@ type SysFactory = Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync>;
 /// `cachestat(2)` instead (the ring's own fallback under its disk-rate
 /// guard): a read whose pages are all cached is booked as page-cache bytes,
 /// any other as device bytes. Writes stay first-come (a paced write is
-/// charged piece by piece inside the ring).
+/// charged piece by piece, on the blocking pool or inside the ring).
 #[derive(Clone)]
 pub struct SharedEngine {
     backend: Backend,
+    /// The blocking pool's calls: paced writes, and every request on the
+    /// fallback.
+    pool: Arc<PoolIo>,
     tenant: Option<Tenant>,
 }
 
 #[derive(Clone)]
 enum Backend {
     Uring(Arc<[Arc<Shard>]>),
-    Pread(Arc<PreadPool>),
+    /// No ring: every request is a blocking-pool call.
+    Pread,
 }
 
 impl std::fmt::Debug for SharedEngine {
@@ -188,20 +233,14 @@ impl SharedEngine {
     ) -> Result<(Self, Option<UringError>), UringError> {
         match Self::uring(cfg, &sys) {
             Ok(e) => Ok((e, None)),
-            Err(err @ UringError::Unavailable { .. }) => {
-                let pool = PreadPool {
-                    policy: cfg.ring.policy,
-                    sys,
-                    counters: Mutex::new(UringCounters::default()),
-                };
-                Ok((
-                    Self {
-                        backend: Backend::Pread(Arc::new(pool)),
-                        tenant: None,
-                    },
-                    Some(err),
-                ))
-            }
+            Err(err @ UringError::Unavailable { .. }) => Ok((
+                Self {
+                    backend: Backend::Pread,
+                    pool: Arc::new(PoolIo::new(cfg, sys)),
+                    tenant: None,
+                },
+                Some(err),
+            )),
             Err(e) => Err(e),
         }
     }
@@ -231,6 +270,7 @@ impl SharedEngine {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             backend: Backend::Uring(shards.into()),
+            pool: Arc::new(PoolIo::new(cfg, sys.clone())),
             tenant: None,
         })
     }
@@ -240,6 +280,7 @@ impl SharedEngine {
     pub fn with_tenant(&self, tenant: Tenant) -> Self {
         Self {
             backend: self.backend.clone(),
+            pool: self.pool.clone(),
             tenant: Some(tenant),
         }
     }
@@ -253,7 +294,7 @@ impl SharedEngine {
     pub fn kind(&self) -> &'static str {
         match self.backend {
             Backend::Uring(_) => "io_uring",
-            Backend::Pread(_) => "pread",
+            Backend::Pread => "pread",
         }
     }
 
@@ -261,7 +302,7 @@ impl SharedEngine {
     pub fn rings(&self) -> usize {
         match &self.backend {
             Backend::Uring(s) => s.len(),
-            Backend::Pread(_) => 0,
+            Backend::Pread => 0,
         }
     }
 
@@ -280,7 +321,11 @@ impl SharedEngine {
         self.run(Op::Read, file, buf, offset, throttle, max_block)
     }
 
-    /// Write all of `buf` at `offset`, charged to `throttle`.
+    /// Write all of `buf` at `offset`, charged to `throttle`. A paced write
+    /// runs where [`SharedConfig::paced_writes`] says; it returns once the
+    /// device has every byte of it (pacing is no durability promise:
+    /// `fsync` stays the caller's). Dropping the future cancels it (see the
+    /// module docs, "Cancellation").
     pub fn write_at(
         &self,
         file: &Arc<UringFile>,
@@ -302,11 +347,19 @@ impl SharedEngine {
         max_block: Duration,
     ) -> impl Future<Output = BufResult<usize, Vec<u8>>> + Send + 'static {
         // Everything is taken by value now, so the future borrows nothing.
-        let backend = self.backend.clone();
+        let (backend, pool) = (self.backend.clone(), self.pool.clone());
         let (file, throttle) = (file.clone(), throttle.cloned());
         let tenant = self.tenant.clone().filter(|_| op == Op::Read);
+        let in_pool = match backend {
+            Backend::Pread => true,
+            Backend::Uring(_) => op == Op::Write && pool.paces(&file, throttle.as_ref(), buf.len()),
+        };
         async move {
             match backend {
+                _ if in_pool => {
+                    pool.run(op, file, buf, offset, throttle, max_block, tenant)
+                        .await
+                }
                 Backend::Uring(shards) => {
                     let s = match (&tenant, &throttle) {
                         (Some(tenant), Some(t)) => {
@@ -351,28 +404,33 @@ impl SharedEngine {
                     let shard = shards[thread_index() % shards.len()].clone();
                     shard.run(s, buf).await
                 }
-                Backend::Pread(pool) => {
-                    pool.run(op, file, buf, offset, throttle, max_block, tenant)
-                        .await
-                }
+                Backend::Pread => unreachable!("every request on the fallback is in_pool"),
             }
         }
     }
 
-    /// The counters of every ring (or of the fallback), summed.
+    /// The counters of every ring and of the blocking pool's calls, summed
+    /// (a blocking call's counters join when it returns).
     pub fn counters(&self) -> UringCounters {
+        let pool = *self.pool.counters.lock().unwrap_or_else(|p| p.into_inner());
         match &self.backend {
-            Backend::Uring(shards) => shards.iter().map(|s| s.lock().core.counters()).sum(),
-            Backend::Pread(pool) => *pool.counters.lock().unwrap_or_else(|p| p.into_inner()),
+            Backend::Uring(shards) => pool + shards.iter().map(|s| s.lock().core.counters()).sum(),
+            Backend::Pread => pool,
         }
     }
 
-    /// Requests not yet collected, including dropped ones still owed CQEs (0
-    /// on the fallback).
+    /// Requests not yet collected, including dropped ones still owed CQEs,
+    /// and blocking-pool calls not yet returned (dropped ones included).
     pub fn in_flight(&self) -> usize {
+        let pool = self.pool.running.load(Ordering::Acquire);
         match &self.backend {
-            Backend::Uring(shards) => shards.iter().map(|s| s.lock().core.in_flight()).sum(),
-            Backend::Pread(_) => 0,
+            Backend::Uring(shards) => {
+                pool + shards
+                    .iter()
+                    .map(|s| s.lock().core.in_flight())
+                    .sum::<usize>()
+            }
+            Backend::Pread => pool,
         }
     }
 
@@ -552,16 +610,57 @@ impl Drop for CancelOnDrop<'_> {
     }
 }
 
-/// The fallback: each IO is one [`PreadEngine`] call on tokio's blocking
-/// pool (the same charging policy as the ring; its throttle sleeps park the
-/// blocking thread, which holds no CPU lease).
-struct PreadPool {
+/// Calls on tokio's blocking pool (`pread::ThreadIo`, the `pread` engine's
+/// code, with the same charging policy as the rings): the paced writes, and
+/// every request on the fallback. Its throttle sleeps park the pool thread,
+/// which holds no CPU lease.
+struct PoolIo {
     policy: Policy,
+    paced_writes: PacedWrites,
     sys: SysFactory,
     counters: Mutex<UringCounters>,
+    /// Calls spawned and not yet returned (see "Memory ordering").
+    running: AtomicUsize,
 }
 
-impl PreadPool {
+/// One blocking call counted in [`PoolIo::running`], from its spawn until
+/// it returns or is dropped unrun (a runtime shutting down).
+struct Running(Arc<PoolIo>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// Sets a blocking call's cancel flag when its future goes (dropped, or
+/// done: a call that has returned no longer looks).
+struct CancelFlag(Arc<AtomicBool>);
+
+impl Drop for CancelFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+impl PoolIo {
+    fn new(cfg: &SharedConfig, sys: SysFactory) -> Self {
+        Self {
+            policy: cfg.ring.policy,
+            paced_writes: cfg.paced_writes,
+            sys,
+            counters: Mutex::new(UringCounters::default()),
+            running: AtomicUsize::new(0),
+        }
+    }
+
+    /// Whether a write of `len` bytes of `file` under `throttle` is a
+    /// paced write this pool runs (on a ring engine).
+    fn paces(&self, file: &UringFile, throttle: Option<&ThrottlePtr>, len: usize) -> bool {
+        self.paced_writes == PacedWrites::BlockingPool
+            && crate::core::paced_in_thread(&self.policy, file, throttle, len)
+    }
+
     #[expect(
         clippy::too_many_arguments,
         reason = "the request's fields, as SharedEngine::run passes them"
@@ -570,26 +669,38 @@ impl PreadPool {
         self: Arc<Self>,
         op: Op,
         file: Arc<UringFile>,
-        buf: Vec<u8>,
+        mut buf: Vec<u8>,
         offset: u64,
         throttle: Option<ThrottlePtr>,
         max_block: Duration,
         tenant: Option<Tenant>,
     ) -> BufResult<usize, Vec<u8>> {
-        let pool = self.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let flag = cancel.clone();
+        self.running.fetch_add(1, Ordering::Relaxed);
+        let running = Running(self);
         let job = tokio::task::spawn_blocking(move || {
+            let pool = &running.0;
             // A blocking-pool thread may block for its turn: the tenant is
             // current on it for this call only.
             let _tenant = tenant.as_ref().map(Tenant::enter);
-            let mut e = PreadEngine::on(pool.policy, (pool.sys)());
-            let out = match op {
-                Op::Read => e.read_at(&file, buf, offset, throttle.as_ref(), max_block),
-                Op::Write => e.write_at(&file, buf, offset, throttle.as_ref(), max_block),
+            let mut sys = (pool.sys)();
+            let mut counters = UringCounters::default();
+            let mut io = ThreadIo {
+                sys: sys.as_mut(),
+                policy: pool.policy,
+                counters: &mut counters,
+                cancel: Some(&flag),
             };
-            let mut c = pool.counters.lock().unwrap_or_else(|p| p.into_inner());
-            *c += e.counters();
-            out
+            let out = match op {
+                Op::Read => io.read(&file, &mut buf, offset, throttle.as_ref(), max_block),
+                Op::Write => io.write(&file, &buf, offset, throttle.as_ref(), max_block),
+            };
+            *pool.counters.lock().unwrap_or_else(|p| p.into_inner()) += counters;
+            // `running` is dropped (Release) after the merge above.
+            (out, buf)
         });
+        let _cancel = CancelFlag(cancel);
         match job.await {
             Ok(out) => out,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),

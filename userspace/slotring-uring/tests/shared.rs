@@ -30,6 +30,7 @@ fn cfg(reaper: Reaper, rings: usize) -> SharedConfig {
         },
         rings,
         reaper,
+        ..SharedConfig::default()
     }
 }
 

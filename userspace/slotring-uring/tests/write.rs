@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use slotring_throttle::{ThrottlePtr, Throttler};
 use slotring_uring::{
-    IoEngine, Policy, PreadEngine, RingConfig, UringCounters, UringEngine, UringError, UringFile,
+    IoEngine, PacedWrites, Policy, PreadEngine, RingConfig, SharedConfig, SharedEngine,
+    UringCounters, UringEngine, UringError, UringFile,
 };
 
 const MIB: usize = 1 << 20;
@@ -111,6 +112,97 @@ fn busy(policy: Policy) -> Box<dyn IoEngine> {
 
 fn pread(policy: Policy) -> Box<dyn IoEngine> {
     Box::new(PreadEngine::new(policy))
+}
+
+/// The shared async front end, each call awaited on a runtime of its own
+/// (a paced write goes to the runtime's blocking pool, or, with
+/// [`PacedWrites::Ring`], stays on the ring).
+struct Shared {
+    rt: tokio::runtime::Runtime,
+    e: SharedEngine,
+}
+
+impl Shared {
+    fn new(policy: Policy, paced_writes: PacedWrites) -> Self {
+        Self::with(policy, paced_writes, None)
+    }
+
+    fn with(
+        policy: Policy,
+        paced_writes: PacedWrites,
+        sys: Option<Arc<dyn Fn() -> Box<dyn slotring_uring::Syscalls> + Send + Sync>>,
+    ) -> Self {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let cfg = SharedConfig {
+            ring: RingConfig {
+                policy,
+                ..RingConfig::default()
+            },
+            rings: 1,
+            paced_writes,
+            ..SharedConfig::default()
+        };
+        let e = rt.block_on(async {
+            match sys {
+                Some(sys) => {
+                    let (e, why) = SharedEngine::open_with(&cfg, sys).unwrap();
+                    assert!(
+                        why.is_none(),
+                        "io_uring is enabled on this machine: {why:?}"
+                    );
+                    e
+                }
+                None => SharedEngine::new(&cfg).expect("io_uring is enabled on this machine"),
+            }
+        });
+        Self { rt, e }
+    }
+}
+
+impl IoEngine for Shared {
+    fn read_at(
+        &mut self,
+        file: &Arc<UringFile>,
+        buf: Vec<u8>,
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+    ) -> slotring_uring::BufResult<usize, Vec<u8>> {
+        self.rt
+            .block_on(self.e.read_at(file, buf, offset, throttle, max_block))
+    }
+
+    fn write_at(
+        &mut self,
+        file: &Arc<UringFile>,
+        buf: Vec<u8>,
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+    ) -> slotring_uring::BufResult<usize, Vec<u8>> {
+        self.rt
+            .block_on(self.e.write_at(file, buf, offset, throttle, max_block))
+    }
+
+    fn counters(&self) -> UringCounters {
+        self.e.counters()
+    }
+
+    fn kind(&self) -> &'static str {
+        "shared"
+    }
+}
+
+fn shared(policy: Policy) -> Box<dyn IoEngine> {
+    Box::new(Shared::new(policy, PacedWrites::BlockingPool))
+}
+
+fn shared_ring(policy: Policy) -> Box<dyn IoEngine> {
+    Box::new(Shared::new(policy, PacedWrites::Ring))
 }
 
 fn unpaced() -> Policy {
@@ -241,6 +333,16 @@ fn busy_ring_paced_writes_reach_the_disk_before_the_next_window() {
 #[test]
 fn pread_paced_writes_reach_the_disk_before_the_next_window() {
     paced_writes_reach_the_disk(pread);
+}
+
+#[test]
+fn shared_paced_writes_reach_the_disk_before_the_next_window() {
+    paced_writes_reach_the_disk(shared);
+}
+
+#[test]
+fn shared_ring_paced_writes_reach_the_disk_before_the_next_window() {
+    paced_writes_reach_the_disk(shared_ring);
 }
 
 /// At 8 MiB/s with a 1 ms burst, a 1 MiB write is four pieces, each booked
@@ -409,6 +511,16 @@ fn busy_ring_large_writes_go_in_booked_pieces() {
 }
 
 #[test]
+fn shared_large_writes_go_in_booked_pieces() {
+    large_writes_go_in_booked_pieces(shared);
+}
+
+#[test]
+fn shared_ring_large_writes_go_in_booked_pieces() {
+    large_writes_go_in_booked_pieces(shared_ring);
+}
+
+#[test]
 fn pread_large_writes_go_in_booked_pieces() {
     large_writes_go_in_booked_pieces(pread);
 }
@@ -423,6 +535,16 @@ fn fault_engine(kind: &str, plan: &std::sync::Arc<std::sync::Mutex<Plan>>) -> Bo
             UringEngine::with_syscalls(&RingConfig::default(), Box::new(FaultSys(plan.clone())))
                 .unwrap(),
         )),
+        "shared" => {
+            let plan = plan.clone();
+            Box::new(Shared::with(
+                Policy::default(),
+                PacedWrites::BlockingPool,
+                Some(Arc::new(move || -> Box<dyn slotring_uring::Syscalls> {
+                    Box::new(FaultSys(plan.clone()))
+                })),
+            ))
+        }
         _ => Box::new(PreadEngine::with_syscalls(
             Policy::default(),
             Box::new(FaultSys(plan.clone())),
@@ -446,7 +568,7 @@ fn write_error(r: Result<usize, UringError>) -> (String, u64, u64, u64, std::io:
 
 #[test]
 fn eio_after_a_short_write_names_file_offset_and_written_bytes() {
-    for kind in ["uring", "ring", "pread"] {
+    for kind in ["uring", "ring", "shared", "pread"] {
         let (f, path) = empty_disk_file();
         let plan = fault_plan();
         {
@@ -485,7 +607,7 @@ fn eio_after_a_short_write_names_file_offset_and_written_bytes() {
 
 #[test]
 fn short_writes_are_continued_and_paced() {
-    for kind in ["uring", "ring", "pread"] {
+    for kind in ["uring", "ring", "shared", "pread"] {
         let (f, _path) = empty_disk_file();
         let plan = fault_plan();
         {
@@ -523,7 +645,7 @@ fn short_writes_are_continued_and_paced() {
 
 #[test]
 fn a_refused_writeback_fails_no_write() {
-    for kind in ["uring", "pread"] {
+    for kind in ["uring", "shared", "pread"] {
         let (f, _path) = empty_disk_file();
         let plan = fault_plan();
         plan.lock().unwrap().sync_errors = vec![libc::EIO];
@@ -596,13 +718,140 @@ fn the_blocking_front_end_writes_paced_pieces_in_its_own_thread() {
     assert!(back[..MIB] == data[..] && back[MIB..] == data[..]);
 }
 
+/// The shared front end runs a paced write on tokio's blocking pool
+/// (`pwrite` and `sync_file_range` through the seam, no ring request), and
+/// with [`PacedWrites::Ring`] on the ring; an unpaced write stays on the
+/// ring either way.
+#[test]
+fn the_shared_front_end_writes_paced_pieces_on_the_blocking_pool() {
+    let calls = |plan: &std::sync::Arc<std::sync::Mutex<Plan>>, name: &str| {
+        plan.lock()
+            .unwrap()
+            .log
+            .iter()
+            .filter(|c| **c == name)
+            .count()
+    };
+    let limit = disk_limit(1 << 30);
+    let data = pattern(MIB, 15);
+    for paced_writes in [PacedWrites::BlockingPool, PacedWrites::Ring] {
+        let plan = fault_plan();
+        let sys_plan = plan.clone();
+        let mut e = Shared::with(
+            Policy::default(),
+            paced_writes,
+            Some(Arc::new(move || -> Box<dyn slotring_uring::Syscalls> {
+                Box::new(FaultSys(sys_plan.clone()))
+            })),
+        );
+        plan.lock().unwrap().log.clear();
+        let (f, _path) = empty_disk_file();
+        let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
+        assert_eq!(r.unwrap(), MIB);
+        let c = e.counters();
+        assert_eq!(c.paced_bytes, MIB as u64, "{paced_writes:?}");
+        assert_eq!(c.writeback_submissions, (MIB / PIECE) as u64);
+        assert_eq!(c.writes, 1);
+        assert_eq!(cache_stat(&f, 0, MIB as u64).nr_dirty, 0);
+        assert_eq!(e.e.in_flight(), 0);
+        let (pwrites, enters) = (calls(&plan, "pwrite"), calls(&plan, "io_uring_enter"));
+        match paced_writes {
+            PacedWrites::BlockingPool => {
+                assert_eq!(pwrites, MIB / PIECE, "one pwrite per piece");
+                assert!(calls(&plan, "sync_file_range") > MIB / PIECE);
+                assert_eq!(enters, 0, "{:?}", plan.lock().unwrap().log);
+            }
+            PacedWrites::Ring => {
+                assert_eq!(pwrites, 0);
+                assert!(enters > 0);
+            }
+        }
+        // Unpaced: the ring's path.
+        plan.lock().unwrap().log.clear();
+        let (r, _) = e.write_at(&f, data.clone(), MIB as u64, None, NO_CAP);
+        assert_eq!(r.unwrap(), MIB);
+        assert_eq!(calls(&plan, "pwrite"), 0);
+        assert!(calls(&plan, "io_uring_enter") > 0);
+        let mut back = vec![0; 2 * MIB];
+        f.file().read_exact_at(&mut back, 0).unwrap();
+        assert!(back[..MIB] == data[..] && back[MIB..] == data[..]);
+    }
+}
+
+/// A paced write on the shared front end's blocking pool whose future is
+/// dropped stops before its next piece, waits for the device to complete
+/// what it wrote, gives back its room under the cap, and ends as one
+/// cancellation: the file holds exactly the pieces it counted, none of
+/// them dirty, no write is reported, and the engine goes on.
+#[test]
+fn a_paced_write_dropped_on_the_blocking_pool_stops_at_its_next_piece() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    let e = Shared::new(Policy::default(), PacedWrites::BlockingPool);
+    // 4 MiB at 8 MiB/s with a 1 ms burst: 16 pieces, one every 31 ms.
+    let throttler = disk_limit_burst(8 << 20, Duration::from_millis(1));
+    let limit: ThrottlePtr = throttler.clone();
+    let (f, _path) = empty_disk_file();
+    let data = pattern(4 * MIB, 16);
+    e.rt.block_on(async {
+        let mut fut = Box::pin(e.e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        // Some pieces in, far from all.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while f.file().metadata().unwrap().len() < 2 * PIECE as u64 {
+            assert!(Instant::now() < deadline, "the write never started");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(e.e.in_flight(), 1);
+        drop(fut);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while e.e.in_flight() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the dropped write never returned"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    });
+    let c = e.counters();
+    assert_eq!(c.cancellations, 1, "{c:?}");
+    assert_eq!((c.writes, c.write_bytes), (0, 0), "{c:?}");
+    let len = f.file().metadata().unwrap().len();
+    assert_eq!(
+        len, c.paced_bytes,
+        "the file holds exactly the pieces counted"
+    );
+    assert!(
+        len >= 2 * PIECE as u64 && len < data.len() as u64,
+        "{len}: stopped before the end"
+    );
+    assert_eq!(len % PIECE as u64, 0, "whole pieces");
+    assert_eq!(cache_stat(&f, 0, len).nr_dirty, 0, "on the device");
+    assert_eq!(slotring_uring::writeback_in_flight(&throttler), Some(0));
+    let mut back = vec![0; len as usize];
+    f.file().read_exact_at(&mut back, 0).unwrap();
+    assert!(back == data[..len as usize]);
+    // The engine goes on.
+    let mut e = e;
+    let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
+    assert_eq!(r.unwrap(), data.len());
+}
+
 /// A file truncated between the pieces of a paced write: the kernel does
 /// not fail the later pieces (they extend the file again), and the engine
 /// reports exactly the bytes the kernel wrote; the pieces after the
 /// truncation are in the file.
 #[test]
 fn a_file_truncated_while_written_reports_what_the_kernel_wrote() {
-    for make in [uring as fn(Policy) -> Box<dyn IoEngine>, ring, busy, pread] {
+    for make in [
+        uring as fn(Policy) -> Box<dyn IoEngine>,
+        ring,
+        busy,
+        shared,
+        shared_ring,
+        pread,
+    ] {
         let (f, path) = empty_disk_file();
         // 4 MiB/s with a 1 ms burst: the four pieces of 1 MiB are ~60 ms apart.
         let limit: ThrottlePtr = disk_limit_burst(4 << 20, Duration::from_millis(1));
@@ -723,9 +972,14 @@ fn enospc_on_a_full_filesystem_reports_what_was_written() {
         }
         Err(e) => panic!("a loop filesystem is needed in CI: {e:#}"),
     };
-    for (i, make) in [uring as fn(Policy) -> Box<dyn IoEngine>, ring, pread]
-        .into_iter()
-        .enumerate()
+    for (i, make) in [
+        uring as fn(Policy) -> Box<dyn IoEngine>,
+        ring,
+        shared,
+        pread,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let path: PathBuf = fs.path().join(format!("full-{i}"));
         let f = UringFile::new(
@@ -779,8 +1033,9 @@ fn disk_limit_burst(rate: u64, burst: Duration) -> Arc<Throttler> {
 #[test]
 fn the_writeback_cap_holds_across_requests_rings_and_engines() {
     // 32 MiB/s: the default cap (16 ms of the rate) has room for two
-    // pieces; six writers share it: two blocking front ends (their paced
-    // writes in their own threads), two rings' ticket paths and two pread
+    // pieces; eight writers share it: two blocking front ends (their paced
+    // writes in their own threads), two rings' ticket paths, the shared
+    // front end on its blocking pool and on its ring, and two pread
     // engines.
     let rate = 32 << 20;
     let cap = Policy::default().writeback_cap.unwrap();
@@ -788,7 +1043,8 @@ fn the_writeback_cap_holds_across_requests_rings_and_engines() {
     assert!(cap_bytes >= 2 * PIECE as u64 && cap_bytes < 3 * PIECE as u64);
     let throttler = disk_limit_throttler(rate);
     let limit: ThrottlePtr = throttler.clone();
-    let makers: [fn(Policy) -> Box<dyn IoEngine>; 6] = [uring, uring, ring, ring, pread, pread];
+    let makers: [fn(Policy) -> Box<dyn IoEngine>; 8] =
+        [uring, uring, ring, ring, shared, shared_ring, pread, pread];
     let handles: Vec<_> = makers
         .into_iter()
         .enumerate()
@@ -817,7 +1073,7 @@ fn the_writeback_cap_holds_across_requests_rings_and_engines() {
         high <= cap_bytes,
         "{high} bytes under writeback at once, cap {cap_bytes}"
     );
-    // Six writers against two pieces of room: the cap did hold them back.
+    // Eight writers against two pieces of room: the cap did hold them back.
     assert_eq!(high, 2 * PIECE as u64, "the writers never filled the cap");
     let waits: u64 = counters.iter().map(|c| c.writeback_cap_waits).sum();
     assert!(waits > 0, "{counters:?}");
