@@ -57,9 +57,10 @@
 //! writeback must complete), and held during the copy and the device's
 //! writeback of its own pieces. A write longer than the ring takes in one
 //! request goes to the ring and fails there, whatever is in flight. The
-//! ticket API and the async front ends keep the ring's paced path (linked
-//! write and writeback SQEs): they never block their caller's thread on
-//! IO.
+//! ticket API and [`crate::AsyncEngine`] keep the ring's paced path
+//! (linked write and writeback SQEs): they never block their caller's
+//! thread on IO. [`crate::SharedEngine`] runs the same `ThreadIo` code on
+//! tokio's blocking pool (see its module docs).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -34,7 +34,8 @@ slotring_counters::counter_set! {
         counter writeback_submissions: "Writebacks of paced writes the kernel accepted.",
         /// The pages stay with the kernel's flush; a write error reaches `fsync`.
         counter writeback_errors: "Writebacks of paced writes the kernel refused.",
-        /// Per engine (a sum over engines bounds the total from above).
+        /// Per engine (a sum over engines bounds the total from above); of
+        /// a `SharedEngine`'s blocking-pool calls, the highest of any one.
         gauge dirty_high_water_bytes: "High-water mark of paced bytes written and not yet completed by the device.",
         /// Also counted in `page_cache_bytes`.
         counter page_cache_refund_bytes: "Bytes charged as a miss but found in the page cache when their throttle wait ended, given back to the disk throttler.",
@@ -42,8 +43,9 @@ slotring_counters::counter_set! {
         /// block-device throttler completes.
         counter writeback_cap_waits: "Paced write pieces that found no room under their block-device throttler's writeback cap.",
         /// Per piece: on the ring, from the reap of its write's CQE to the
-        /// reap of its writeback's; in the caller's thread (the `pread`
-        /// engine, a blocking `UringEngine::write_at`), from the
+        /// reap of its writeback's; in a thread of ours (the `pread`
+        /// engine, a blocking `UringEngine::write_at`, a `SharedEngine`'s
+        /// paced write on tokio's blocking pool), from the
         /// `sync_file_range(WRITE)` that starts it to the return of the one
         /// that waits for it, which comes only at the depth or the cap, so
         /// it is an upper bound there (the writer's next turns may be in

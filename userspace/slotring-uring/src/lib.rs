@@ -14,8 +14,10 @@
 //! while it waits on a throttle (a timeout, or in its own thread a paced
 //! piece's turn or room under the writeback cap), never while the kernel
 //! copies its data; many requests per thread via
-//! [`UringEngine::submit_read`]/[`UringEngine::wait_any`]) and
-//! [`AsyncEngine`] (tokio, eventfd + `AsyncFd`). [`PreadEngine`] serves the
+//! [`UringEngine::submit_read`]/[`UringEngine::wait_any`]),
+//! [`AsyncEngine`] (tokio, eventfd + `AsyncFd`, one per thread) and
+//! [`SharedEngine`] (`Send + Sync + Clone`, for any task on the
+//! multi-thread runtime). [`PreadEngine`] serves the
 //! same [`IoEngine`] trait where io_uring is unavailable
 //! ([`open_engine`] picks and names the cause). Both engines charge by one
 //! policy (`policy.rs`): what counts as page cache, when the disk-rate guard
@@ -28,7 +30,9 @@
 //! an `IORING_OP_SYNC_FILE_RANGE(WAIT_BEFORE | WRITE | WAIT_AFTER)` linked
 //! to the write; in [`PreadEngine`], and in a [`UringEngine`]'s
 //! [`IoEngine::write_at`] when its ring holds nothing else, `pwrite` and
-//! `sync_file_range(2)` in the caller's own thread), at most
+//! `sync_file_range(2)` in the caller's own thread, and in a
+//! [`SharedEngine`] the same on tokio's blocking pool by default,
+//! [`PacedWrites`]), at most
 //! [`Policy::writeback_depth`] pieces of a request on their way to the
 //! device, so the kernel does not flush it later in a burst; `O_DIRECT` needs no pacing and tmpfs has no disk
 //! (see `policy.rs`). Pacing promises no durability: `fsync` stays the

@@ -87,12 +87,13 @@ impl PreadEngine {
 }
 
 /// IO that the calling thread does itself, in blocking syscalls through
-/// the seam: every request of a [`PreadEngine`], and the paced writes of
+/// the seam: every request of a [`PreadEngine`], the paced writes of
 /// the ring's blocking front end ([`crate::UringEngine`]), whose caller
 /// waits anyway (a paced piece on the ring costs an io-wq worker's sleeps
 /// and wake-ups: ext4's buffered write has no async path, and
-/// `IORING_OP_SYNC_FILE_RANGE` always runs on io-wq), and the paced writes
-/// of [`crate::SharedEngine`], on tokio's blocking pool.
+/// `IORING_OP_SYNC_FILE_RANGE` always runs on io-wq), and, on tokio's
+/// blocking pool, the paced writes of [`crate::SharedEngine`] and every
+/// request of its fallback.
 pub(crate) struct ThreadIo<'a> {
     pub(crate) sys: &'a mut dyn Syscalls,
     pub(crate) policy: Policy,
@@ -278,11 +279,13 @@ impl ThreadIo<'_> {
     /// one piece, charged after its `pwrite` as the reads are. A failure
     /// names the file, the offset reached and the bytes written before it
     /// (which are counted in `write_bytes`). A paced write whose `cancel`
-    /// is set stops before its next piece (looked at before the piece is
-    /// booked and again when its turn has come), waits for the device to
-    /// complete the pieces it wrote, and ends as [`UringError::Cancelled`]
-    /// (its pieces count in `paced_bytes`, none in `write_bytes`: nobody
-    /// is told of them, as for a cancelled request on the ring).
+    /// is set stops before its next piece's `pwrite` (looked at before the
+    /// piece is booked, when its turn has come, and when it has its room
+    /// and its pacer's slot), waits for the device to complete the pieces
+    /// it wrote, and ends as [`UringError::Cancelled`] (its pieces count in
+    /// `paced_bytes`, none in `write_bytes`: nobody is told of them, as for
+    /// a cancelled request on the ring; a piece booked and then not written
+    /// keeps its booking, as on the ring).
     pub(crate) fn write(
         &mut self,
         file: &Arc<UringFile>,
@@ -316,14 +319,8 @@ impl ThreadIo<'_> {
         let mut started = VecDeque::new();
         let mut done = 0;
         while done < buf.len() {
-            if paced && self.cancelled() {
-                return Err(self.cancelled_after(
-                    fd,
-                    offset,
-                    (landed, done),
-                    &mut started,
-                    &mut cap,
-                ));
+            if paced {
+                self.stop_if_cancelled(fd, offset, (landed, done, 0), &mut started, &mut cap)?;
             }
             let end = (done + piece).min(buf.len());
             // What the piece is charged (a write moves all of it or fails).
@@ -341,15 +338,7 @@ impl ThreadIo<'_> {
             if paced {
                 self.charge(throttle, max_block, pc, disk)
                     .map_err(|e| self.wrote_before(done, e))?;
-                if self.cancelled() {
-                    return Err(self.cancelled_after(
-                        fd,
-                        offset,
-                        (landed, done),
-                        &mut started,
-                        &mut cap,
-                    ));
-                }
+                self.stop_if_cancelled(fd, offset, (landed, done, 0), &mut started, &mut cap)?;
             }
             while !cap.try_acquire((end - done) as u64, &waker) {
                 self.counters.writeback_cap_waits += 1;
@@ -367,6 +356,9 @@ impl ThreadIo<'_> {
             if paced {
                 self.sleep(cap.pace(0, n))
                     .map_err(|e| self.wrote_before(done, e))?;
+                // Dropped while it waited for room or for the pacer: the
+                // room taken for this piece goes back unused.
+                self.stop_if_cancelled(fd, offset, (landed, done, n), &mut started, &mut cap)?;
             }
             let moved = self.transfer(Op::Write, offset, end, done, |sys, at| {
                 sys.pwrite(fd, &buf[at..end], offset + at as u64)
@@ -459,24 +451,26 @@ impl ThreadIo<'_> {
         to
     }
 
-    fn cancelled(&self) -> bool {
-        self.cancel.is_some_and(|c| c.load(Ordering::Relaxed))
-    }
-
-    /// A paced write cancelled with its bytes `landed..done` still on their
-    /// way to the device: they land first (their room is given back only
-    /// once the device has them, as on every other way), then it ends.
-    fn cancelled_after(
+    /// If the paced write was cancelled: the room it took for a piece it
+    /// will not write (`unused` bytes) goes back, its bytes `landed..done`
+    /// still on their way to the device land first (their room is given
+    /// back only once the device has them, as on every other way), and it
+    /// ends as [`UringError::Cancelled`].
+    fn stop_if_cancelled(
         &mut self,
         fd: std::os::fd::RawFd,
         offset: u64,
-        (landed, done): (usize, usize),
+        (landed, done, unused): (usize, usize, u64),
         started: &mut VecDeque<(usize, u64)>,
         cap: &mut CapHold,
-    ) -> UringError {
+    ) -> Result<(), UringError> {
+        if !self.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+            return Ok(());
+        }
+        cap.release(unused);
         self.land(fd, offset, (landed, done), started, cap);
         self.counters.cancellations += 1;
-        UringError::Cancelled
+        Err(UringError::Cancelled)
     }
 
     /// A write that fails after its first `done` bytes (all in the file)

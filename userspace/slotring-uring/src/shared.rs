@@ -30,20 +30,23 @@
 //!
 //! # Paced writes
 //!
-//! A paced write ([`crate::Policy::writeback`]: a throttled buffered write
-//! on a disk filesystem) goes, by default ([`PacedWrites::BlockingPool`]),
-//! to tokio's blocking pool, where one thread does what the blocking front
-//! end does in its caller's thread (`pread::ThreadIo`): it sleeps for each
-//! piece's turn, `pwrite`s it, starts its writeback with
-//! `sync_file_range(2)`, and waits for the device at the writeback depth.
-//! On the ring the same write costs an io-wq worker two sleeps and wake-ups
-//! per piece and the task a wake-up more (ext4 has no async buffered write,
-//! so io_uring runs the copy on io-wq anyway, and
+//! A paced write (a throttled buffered write on a disk filesystem, with
+//! [`crate::Policy::pace_writeback`] on) goes, by default
+//! ([`PacedWrites::BlockingPool`]), to tokio's blocking pool, where one
+//! thread does what the blocking front end does in its caller's thread
+//! (`pread::ThreadIo`): it sleeps for each piece's turn, `pwrite`s it,
+//! starts its writeback with `sync_file_range(2)`, and waits for the device
+//! at the writeback depth. On the ring the same write costs an io-wq worker
+//! two sleeps and wake-ups per piece and the task a wake-up more (ext4 has
+//! no async buffered write, so io_uring runs the copy on io-wq anyway, and
 //! `IORING_OP_SYNC_FILE_RANGE` always runs there): measured in ARCHITECTURE
 //! ("CPU per GiB, a sixth time"). The price is a pool thread held for the
-//! write's whole life, its turns included (tokio's pool has 512 by
-//! default); [`PacedWrites::Ring`] keeps every wait in the ring instead.
-//! Unpaced writes and all reads stay on the rings.
+//! write's whole life, its turns included, and a handoff per request. So
+//! at most `at_once` paced writes of an engine run on the pool (tokio's
+//! pool has 512 threads by default, shared with the application's own
+//! blocking work); those beyond it, and any polled outside a tokio runtime,
+//! take the ring's path, as all do with [`PacedWrites::Ring`]. Unpaced
+//! writes and all reads stay on the rings.
 //!
 //! # Without io_uring
 //!
@@ -56,10 +59,13 @@
 //! Dropping a request's future cancels it. On a ring the request becomes
 //! `Ignored`, and its buffer stays with the ring until the last CQE of its
 //! chain arrives (see `core.rs`). On the blocking pool the call keeps its
-//! buffer until it returns: a paced write stops before its next piece (at
-//! the latest when that piece's turn comes) and waits for the device to
-//! complete what it wrote; any other call runs to its end.
-//! [`SharedEngine::in_flight`] counts such calls until they return.
+//! buffer until it returns: a paced write writes no piece after the drop
+//! beyond the one it may be writing (it looks before each piece is booked,
+//! after its turn, and after its room and pacer), waits for the device to
+//! complete what it wrote, and counts as a cancellation; any other call
+//! runs to its end and counts as done, as does a paced write dropped after
+//! its last look. [`SharedEngine::in_flight`] counts such calls until they
+//! return.
 //!
 //! # Memory ordering
 //!
@@ -116,18 +122,38 @@ pub struct SharedConfig {
     pub paced_writes: PacedWrites,
 }
 
-/// Where a [`SharedEngine`] runs a paced write (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Where a [`SharedEngine`] runs a paced write (see the module docs). On
+/// the fallback (no io_uring) every request is a blocking-pool call,
+/// whatever this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PacedWrites {
     /// On tokio's blocking pool, in one thread that sleeps for each piece's
     /// turn and writes it back itself: the CPU of a thread doing its own
-    /// pacing, a pool thread held for the write's life.
-    #[default]
-    BlockingPool,
+    /// pacing, a pool thread held for the write's life. At most `at_once`
+    /// of the engine's paced writes at a time (and only when polled inside
+    /// a tokio runtime); the others take the ring's path.
+    BlockingPool {
+        /// How many paced writes may hold a pool thread at once.
+        at_once: usize,
+    },
     /// On the ring: each piece's turn a timeout SQE, its write and
     /// writeback linked SQEs on io-wq. No thread held while waiting; more
     /// CPU per piece.
     Ring,
+}
+
+impl PacedWrites {
+    /// The default `at_once` of [`PacedWrites::BlockingPool`]: an eighth
+    /// of tokio's default blocking pool.
+    pub const DEFAULT_AT_ONCE: usize = 64;
+}
+
+impl Default for PacedWrites {
+    fn default() -> Self {
+        PacedWrites::BlockingPool {
+            at_once: Self::DEFAULT_AT_ONCE,
+        }
+    }
 }
 
 impl Default for SharedConfig {
@@ -136,7 +162,7 @@ impl Default for SharedConfig {
             ring: RingConfig::default(),
             rings: 0,
             reaper: Reaper::Reactor,
-            paced_writes: PacedWrites::BlockingPool,
+            paced_writes: PacedWrites::default(),
         }
     }
 }
@@ -150,15 +176,17 @@ impl SharedConfig {
     }
 }
 
-/// Makes the syscall seam of each ring and of each fallback read.
+/// Makes the syscall seam of each ring and of each blocking-pool call.
 type SysFactory = Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync>;
 
 /// Throttled positional IO from any tokio task: `Send + Sync + Clone`, its
 /// futures are `Send`. Same semantics as [`crate::AsyncEngine`] (owned
 /// buffers handed back with the result, the throttle chain folded into one
 /// timeout SQE, `RWF_NOWAIT` page-cache detection, the disk-rate guard,
-/// cancellation by drop), on a few shared rings, or on the `pread` engine
-/// on tokio's blocking pool where io_uring is unavailable.
+/// cancellation by drop), on a few shared rings; its paced writes on
+/// tokio's blocking pool by default ([`PacedWrites`]), and every request
+/// there, in the `pread` engine's code, where io_uring is unavailable (see
+/// the module docs for both, and for what a drop does there).
 ///
 /// # Tenants
 ///
@@ -350,62 +378,57 @@ impl SharedEngine {
         let (backend, pool) = (self.backend.clone(), self.pool.clone());
         let (file, throttle) = (file.clone(), throttle.cloned());
         let tenant = self.tenant.clone().filter(|_| op == Op::Read);
-        let in_pool = match backend {
-            Backend::Pread => true,
-            Backend::Uring(_) => op == Op::Write && pool.paces(&file, throttle.as_ref(), buf.len()),
-        };
         async move {
-            match backend {
-                _ if in_pool => {
-                    pool.run(op, file, buf, offset, throttle, max_block, tenant)
-                        .await
+            let shards = match backend {
+                Backend::Pread => {
+                    let call = PoolIo::call(&pool);
+                    return PoolIo::run(call, op, file, buf, offset, throttle, max_block, tenant)
+                        .await;
                 }
-                Backend::Uring(shards) => {
-                    let s = match (&tenant, &throttle) {
-                        (Some(tenant), Some(t)) => {
-                            let len = buf.len() as u64;
-                            let source = shards[thread_index() % shards.len()]
-                                .lock()
-                                .core
-                                .prebook_source(op, &file, offset, len, t);
-                            let booked = crate::tokio::fair_booking(
-                                t,
-                                tenant,
-                                &file,
-                                (buf.len(), offset),
-                                source,
-                                max_block,
-                            )
-                            .await;
-                            match booked {
-                                Ok(delay) => Submit::new(
-                                    op,
-                                    &file,
-                                    offset,
-                                    None,
-                                    max_block,
-                                    PreIoWait::Linked,
-                                )
-                                .prebooked(delay),
-                                Err(e) => return (Err(e.into()), buf),
-                            }
-                        }
-                        _ => Submit::new(
-                            op,
-                            &file,
-                            offset,
-                            throttle.as_ref(),
-                            max_block,
-                            PreIoWait::Linked,
-                        ),
-                    };
-                    // The ring of the worker that submits (after the turn,
-                    // which the task may have waited for on another one).
-                    let shard = shards[thread_index() % shards.len()].clone();
-                    shard.run(s, buf).await
-                }
-                Backend::Pread => unreachable!("every request on the fallback is in_pool"),
+                Backend::Uring(shards) => shards,
+            };
+            if op == Op::Write
+                && let Some(call) = pool.paced_call(&file, throttle.as_ref(), buf.len())
+            {
+                return PoolIo::run(call, op, file, buf, offset, throttle, max_block, None).await;
             }
+            let s = match (&tenant, &throttle) {
+                (Some(tenant), Some(t)) => {
+                    let len = buf.len() as u64;
+                    let source = shards[thread_index() % shards.len()]
+                        .lock()
+                        .core
+                        .prebook_source(op, &file, offset, len, t);
+                    let booked = crate::tokio::fair_booking(
+                        t,
+                        tenant,
+                        &file,
+                        (buf.len(), offset),
+                        source,
+                        max_block,
+                    )
+                    .await;
+                    match booked {
+                        Ok(delay) => {
+                            Submit::new(op, &file, offset, None, max_block, PreIoWait::Linked)
+                                .prebooked(delay)
+                        }
+                        Err(e) => return (Err(e.into()), buf),
+                    }
+                }
+                _ => Submit::new(
+                    op,
+                    &file,
+                    offset,
+                    throttle.as_ref(),
+                    max_block,
+                    PreIoWait::Linked,
+                ),
+            };
+            // The ring of the worker that submits (after the turn, which
+            // the task may have waited for on another one).
+            let shard = shards[thread_index() % shards.len()].clone();
+            shard.run(s, buf).await
         }
     }
 
@@ -619,15 +642,17 @@ struct PoolIo {
     paced_writes: PacedWrites,
     sys: SysFactory,
     counters: Mutex<UringCounters>,
-    /// Calls spawned and not yet returned (see "Memory ordering").
+    /// Calls counted from before their spawn until they return or are
+    /// dropped unrun (see "Memory ordering").
     running: AtomicUsize,
 }
 
-/// One blocking call counted in [`PoolIo::running`], from its spawn until
-/// it returns or is dropped unrun (a runtime shutting down).
-struct Running(Arc<PoolIo>);
+/// One call counted in [`PoolIo::running`], from before its spawn until it
+/// returns or is dropped unrun (a runtime shutting down): the token that
+/// [`PoolIo::run`] takes.
+struct Call(Arc<PoolIo>);
 
-impl Drop for Running {
+impl Drop for Call {
     fn drop(&mut self) {
         self.0.running.fetch_sub(1, Ordering::Release);
     }
@@ -654,11 +679,46 @@ impl PoolIo {
         }
     }
 
-    /// Whether a write of `len` bytes of `file` under `throttle` is a
-    /// paced write this pool runs (on a ring engine).
-    fn paces(&self, file: &UringFile, throttle: Option<&ThrottlePtr>, len: usize) -> bool {
-        self.paced_writes == PacedWrites::BlockingPool
-            && crate::core::paced_in_thread(&self.policy, file, throttle, len)
+    /// A call on the fallback (every request, however many).
+    fn call(pool: &Arc<Self>) -> Call {
+        pool.running.fetch_add(1, Ordering::Relaxed);
+        Call(pool.clone())
+    }
+
+    /// A call for a write of `len` bytes of `file` under `throttle`, if it
+    /// is a paced write this pool runs: [`PacedWrites::BlockingPool`], a
+    /// paced write of a length the ring takes, polled inside a tokio
+    /// runtime, and fewer than `at_once` such calls running.
+    fn paced_call(
+        self: &Arc<Self>,
+        file: &UringFile,
+        throttle: Option<&ThrottlePtr>,
+        len: usize,
+    ) -> Option<Call> {
+        let PacedWrites::BlockingPool { at_once } = self.paced_writes else {
+            return None;
+        };
+        if !crate::core::paced_in_thread(&self.policy, file, throttle, len)
+            || tokio::runtime::Handle::try_current().is_err()
+        {
+            return None;
+        }
+        self.running
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < at_once).then_some(n + 1)
+            })
+            .ok()?;
+        Some(Call(self.clone()))
+    }
+
+    /// Add one call's counters: each counter summed, the high-water mark
+    /// of dirty bytes the highest of any call's (one paced write's; calls
+    /// at once are not added up).
+    fn merge(&self, c: UringCounters) {
+        let mut all = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        let high = all.dirty_high_water_bytes.max(c.dirty_high_water_bytes);
+        *all += c;
+        all.dirty_high_water_bytes = high;
     }
 
     #[expect(
@@ -666,7 +726,7 @@ impl PoolIo {
         reason = "the request's fields, as SharedEngine::run passes them"
     )]
     async fn run(
-        self: Arc<Self>,
+        call: Call,
         op: Op,
         file: Arc<UringFile>,
         mut buf: Vec<u8>,
@@ -677,10 +737,8 @@ impl PoolIo {
     ) -> BufResult<usize, Vec<u8>> {
         let cancel = Arc::new(AtomicBool::new(false));
         let flag = cancel.clone();
-        self.running.fetch_add(1, Ordering::Relaxed);
-        let running = Running(self);
         let job = tokio::task::spawn_blocking(move || {
-            let pool = &running.0;
+            let pool = &call.0;
             // A blocking-pool thread may block for its turn: the tenant is
             // current on it for this call only.
             let _tenant = tenant.as_ref().map(Tenant::enter);
@@ -696,15 +754,16 @@ impl PoolIo {
                 Op::Read => io.read(&file, &mut buf, offset, throttle.as_ref(), max_block),
                 Op::Write => io.write(&file, &buf, offset, throttle.as_ref(), max_block),
             };
-            *pool.counters.lock().unwrap_or_else(|p| p.into_inner()) += counters;
-            // `running` is dropped (Release) after the merge above.
+            pool.merge(counters);
+            // `call` is dropped (Release) after the merge above.
             (out, buf)
         });
         let _cancel = CancelFlag(cancel);
         match job.await {
             Ok(out) => out,
             Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            // The runtime is shutting down; the blocking call keeps its buffer.
+            // The runtime is shutting down: the call never ran, and its
+            // buffer went with it.
             Err(_) => (Err(UringError::Cancelled), Vec::new()),
         }
     }

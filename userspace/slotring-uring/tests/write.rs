@@ -198,7 +198,7 @@ impl IoEngine for Shared {
 }
 
 fn shared(policy: Policy) -> Box<dyn IoEngine> {
-    Box::new(Shared::new(policy, PacedWrites::BlockingPool))
+    Box::new(Shared::new(policy, PacedWrites::default()))
 }
 
 fn shared_ring(policy: Policy) -> Box<dyn IoEngine> {
@@ -539,7 +539,7 @@ fn fault_engine(kind: &str, plan: &std::sync::Arc<std::sync::Mutex<Plan>>) -> Bo
             let plan = plan.clone();
             Box::new(Shared::with(
                 Policy::default(),
-                PacedWrites::BlockingPool,
+                PacedWrites::default(),
                 Some(Arc::new(move || -> Box<dyn slotring_uring::Syscalls> {
                     Box::new(FaultSys(plan.clone()))
                 })),
@@ -658,6 +658,16 @@ fn a_refused_writeback_fails_no_write() {
     }
 }
 
+/// How many times the seam saw `name` called.
+fn calls(plan: &std::sync::Arc<std::sync::Mutex<Plan>>, name: &str) -> usize {
+    plan.lock()
+        .unwrap()
+        .log
+        .iter()
+        .filter(|c| **c == name)
+        .count()
+}
+
 /// The ring's blocking front end does a paced write in its caller's thread
 /// (`pwrite` and `sync_file_range` through the seam, no write SQE): the
 /// caller waits anyway, and on the ring a paced piece sleeps and wakes an
@@ -666,14 +676,6 @@ fn a_refused_writeback_fails_no_write() {
 /// write stays on the ring.
 #[test]
 fn the_blocking_front_end_writes_paced_pieces_in_its_own_thread() {
-    let calls = |plan: &std::sync::Arc<std::sync::Mutex<Plan>>, name: &str| {
-        plan.lock()
-            .unwrap()
-            .log
-            .iter()
-            .filter(|c| **c == name)
-            .count()
-    };
     let limit = disk_limit(1 << 30);
     let data = pattern(MIB, 14);
     let plan = fault_plan();
@@ -724,17 +726,9 @@ fn the_blocking_front_end_writes_paced_pieces_in_its_own_thread() {
 /// ring either way.
 #[test]
 fn the_shared_front_end_writes_paced_pieces_on_the_blocking_pool() {
-    let calls = |plan: &std::sync::Arc<std::sync::Mutex<Plan>>, name: &str| {
-        plan.lock()
-            .unwrap()
-            .log
-            .iter()
-            .filter(|c| **c == name)
-            .count()
-    };
     let limit = disk_limit(1 << 30);
     let data = pattern(MIB, 15);
-    for paced_writes in [PacedWrites::BlockingPool, PacedWrites::Ring] {
+    for paced_writes in [PacedWrites::default(), PacedWrites::Ring] {
         let plan = fault_plan();
         let sys_plan = plan.clone();
         let mut e = Shared::with(
@@ -746,19 +740,28 @@ fn the_shared_front_end_writes_paced_pieces_on_the_blocking_pool() {
         );
         plan.lock().unwrap().log.clear();
         let (f, _path) = empty_disk_file();
-        let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
-        assert_eq!(r.unwrap(), MIB);
+        // Twice: the counters of two calls add up, the high-water mark of
+        // dirty bytes does not.
+        for _ in 0..2 {
+            let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
+            assert_eq!(r.unwrap(), MIB);
+        }
         let c = e.counters();
-        assert_eq!(c.paced_bytes, MIB as u64, "{paced_writes:?}");
-        assert_eq!(c.writeback_submissions, (MIB / PIECE) as u64);
-        assert_eq!(c.writes, 1);
+        assert_eq!(c.paced_bytes, 2 * MIB as u64, "{paced_writes:?}");
+        assert_eq!(c.writeback_submissions, (2 * MIB / PIECE) as u64);
+        assert_eq!(c.writes, 2);
+        let depth = u64::from(Policy::default().writeback_depth.get());
+        assert!(
+            c.dirty_high_water_bytes <= depth * PIECE as u64,
+            "{paced_writes:?}: {c:?}"
+        );
         assert_eq!(cache_stat(&f, 0, MIB as u64).nr_dirty, 0);
         assert_eq!(e.e.in_flight(), 0);
         let (pwrites, enters) = (calls(&plan, "pwrite"), calls(&plan, "io_uring_enter"));
         match paced_writes {
-            PacedWrites::BlockingPool => {
-                assert_eq!(pwrites, MIB / PIECE, "one pwrite per piece");
-                assert!(calls(&plan, "sync_file_range") > MIB / PIECE);
+            PacedWrites::BlockingPool { .. } => {
+                assert_eq!(pwrites, 2 * MIB / PIECE, "one pwrite per piece");
+                assert!(calls(&plan, "sync_file_range") > 2 * MIB / PIECE);
                 assert_eq!(enters, 0, "{:?}", plan.lock().unwrap().log);
             }
             PacedWrites::Ring => {
@@ -778,22 +781,62 @@ fn the_shared_front_end_writes_paced_pieces_on_the_blocking_pool() {
     }
 }
 
+/// At most `at_once` paced writes of a shared engine hold a pool thread:
+/// of two at once with room for one, the first polled runs on the pool
+/// and the other on the ring, and both write every byte.
+#[test]
+fn paced_writes_beyond_at_once_take_the_ring() {
+    let plan = fault_plan();
+    let sys_plan = plan.clone();
+    let e = Shared::with(
+        Policy::default(),
+        PacedWrites::BlockingPool { at_once: 1 },
+        Some(Arc::new(move || -> Box<dyn slotring_uring::Syscalls> {
+            Box::new(FaultSys(sys_plan.clone()))
+        })),
+    );
+    plan.lock().unwrap().log.clear();
+    let limit = disk_limit(1 << 30);
+    let (a, b) = (pattern(MIB, 17), pattern(MIB, 18));
+    let (fa, _pa) = empty_disk_file();
+    let (fb, _pb) = empty_disk_file();
+    let (ra, rb) = e.rt.block_on(async {
+        tokio::join!(
+            e.e.write_at(&fa, a.clone(), 0, Some(&limit), NO_CAP),
+            e.e.write_at(&fb, b.clone(), 0, Some(&limit), NO_CAP)
+        )
+    });
+    assert_eq!(ra.0.unwrap(), MIB);
+    assert_eq!(rb.0.unwrap(), MIB);
+    assert_eq!(calls(&plan, "pwrite"), MIB / PIECE, "one write on the pool");
+    assert!(calls(&plan, "io_uring_enter") > 0, "one on the ring");
+    assert_eq!(e.counters().paced_bytes, 2 * MIB as u64);
+    assert_eq!(e.e.in_flight(), 0);
+    for (f, data) in [(&fa, &a), (&fb, &b)] {
+        let mut back = vec![0; MIB];
+        f.file().read_exact_at(&mut back, 0).unwrap();
+        assert!(back == *data);
+    }
+}
+
 /// A paced write on the shared front end's blocking pool whose future is
-/// dropped stops before its next piece, waits for the device to complete
-/// what it wrote, gives back its room under the cap, and ends as one
-/// cancellation: the file holds exactly the pieces it counted, none of
-/// them dirty, no write is reported, and the engine goes on.
+/// dropped writes no piece after the one it may be writing, waits for the
+/// device to complete what it wrote, gives back its room under the cap,
+/// and ends as one cancellation: the file holds exactly the pieces it
+/// counted, none of them dirty or under writeback, no write is reported,
+/// and the engine goes on.
 #[test]
 fn a_paced_write_dropped_on_the_blocking_pool_stops_at_its_next_piece() {
     use std::future::Future;
     use std::task::{Context, Waker};
-    let e = Shared::new(Policy::default(), PacedWrites::BlockingPool);
-    // 4 MiB at 8 MiB/s with a 1 ms burst: 16 pieces, one every 31 ms.
-    let throttler = disk_limit_burst(8 << 20, Duration::from_millis(1));
+    let e = Shared::new(Policy::default(), PacedWrites::default());
+    // 4 MiB at 2 MiB/s with a 1 ms burst: 16 pieces, one every 125 ms
+    // (the whole write would take 2 s: the drop comes long before).
+    let throttler = disk_limit_burst(2 << 20, Duration::from_millis(1));
     let limit: ThrottlePtr = throttler.clone();
     let (f, _path) = empty_disk_file();
     let data = pattern(4 * MIB, 16);
-    e.rt.block_on(async {
+    let at_drop = e.rt.block_on(async {
         let mut fut = Box::pin(e.e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP));
         let mut cx = Context::from_waker(Waker::noop());
         assert!(fut.as_mut().poll(&mut cx).is_pending());
@@ -804,6 +847,7 @@ fn a_paced_write_dropped_on_the_blocking_pool_stops_at_its_next_piece() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         assert_eq!(e.e.in_flight(), 1);
+        let at_drop = f.file().metadata().unwrap().len();
         drop(fut);
         let deadline = Instant::now() + Duration::from_secs(20);
         while e.e.in_flight() > 0 {
@@ -813,6 +857,7 @@ fn a_paced_write_dropped_on_the_blocking_pool_stops_at_its_next_piece() {
             );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        at_drop
     });
     let c = e.counters();
     assert_eq!(c.cancellations, 1, "{c:?}");
@@ -827,15 +872,20 @@ fn a_paced_write_dropped_on_the_blocking_pool_stops_at_its_next_piece() {
         "{len}: stopped before the end"
     );
     assert_eq!(len % PIECE as u64, 0, "whole pieces");
-    assert_eq!(cache_stat(&f, 0, len).nr_dirty, 0, "on the device");
+    assert!(
+        len <= (at_drop / PIECE as u64 + 1) * PIECE as u64,
+        "{len} bytes written, {at_drop} at the drop: more than the piece being written"
+    );
+    let st = cache_stat(&f, 0, len);
+    assert_eq!(st.nr_dirty + st.nr_writeback, 0, "on the device: {st:?}");
     assert_eq!(slotring_uring::writeback_in_flight(&throttler), Some(0));
     let mut back = vec![0; len as usize];
     f.file().read_exact_at(&mut back, 0).unwrap();
     assert!(back == data[..len as usize]);
     // The engine goes on.
     let mut e = e;
-    let (r, _) = e.write_at(&f, data.clone(), 0, Some(&limit), NO_CAP);
-    assert_eq!(r.unwrap(), data.len());
+    let (r, _) = e.write_at(&f, data[..PIECE].to_vec(), 0, Some(&limit), NO_CAP);
+    assert_eq!(r.unwrap(), PIECE);
 }
 
 /// A file truncated between the pieces of a paced write: the kernel does
