@@ -381,7 +381,7 @@ impl SharedEngine {
         async move {
             let shards = match backend {
                 Backend::Pread => {
-                    let call = PoolIo::call(&pool);
+                    let call = pool.call();
                     return PoolIo::run(call, op, file, buf, offset, throttle, max_block, tenant)
                         .await;
                 }
@@ -680,9 +680,9 @@ impl PoolIo {
     }
 
     /// A call on the fallback (every request, however many).
-    fn call(pool: &Arc<Self>) -> Call {
-        pool.running.fetch_add(1, Ordering::Relaxed);
-        Call(pool.clone())
+    fn call(self: &Arc<Self>) -> Call {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        Call(self.clone())
     }
 
     /// A call for a write of `len` bytes of `file` under `throttle`, if it

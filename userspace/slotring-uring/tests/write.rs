@@ -127,11 +127,18 @@ impl Shared {
         Self::with(policy, paced_writes, None)
     }
 
+    /// With every syscall through a [`FaultSys`] of `plan`, if given.
     fn with(
         policy: Policy,
         paced_writes: PacedWrites,
-        sys: Option<Arc<dyn Fn() -> Box<dyn slotring_uring::Syscalls> + Send + Sync>>,
+        plan: Option<&std::sync::Arc<std::sync::Mutex<Plan>>>,
     ) -> Self {
+        let sys = plan.map(|plan| {
+            let plan = plan.clone();
+            Arc::new(move || -> Box<dyn slotring_uring::Syscalls> {
+                Box::new(FaultSys(plan.clone()))
+            }) as Arc<dyn Fn() -> Box<dyn slotring_uring::Syscalls> + Send + Sync>
+        });
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -535,16 +542,11 @@ fn fault_engine(kind: &str, plan: &std::sync::Arc<std::sync::Mutex<Plan>>) -> Bo
             UringEngine::with_syscalls(&RingConfig::default(), Box::new(FaultSys(plan.clone())))
                 .unwrap(),
         )),
-        "shared" => {
-            let plan = plan.clone();
-            Box::new(Shared::with(
-                Policy::default(),
-                PacedWrites::default(),
-                Some(Arc::new(move || -> Box<dyn slotring_uring::Syscalls> {
-                    Box::new(FaultSys(plan.clone()))
-                })),
-            ))
-        }
+        "shared" => Box::new(Shared::with(
+            Policy::default(),
+            PacedWrites::default(),
+            Some(plan),
+        )),
         _ => Box::new(PreadEngine::with_syscalls(
             Policy::default(),
             Box::new(FaultSys(plan.clone())),
@@ -730,14 +732,7 @@ fn the_shared_front_end_writes_paced_pieces_on_the_blocking_pool() {
     let data = pattern(MIB, 15);
     for paced_writes in [PacedWrites::default(), PacedWrites::Ring] {
         let plan = fault_plan();
-        let sys_plan = plan.clone();
-        let mut e = Shared::with(
-            Policy::default(),
-            paced_writes,
-            Some(Arc::new(move || -> Box<dyn slotring_uring::Syscalls> {
-                Box::new(FaultSys(sys_plan.clone()))
-            })),
-        );
+        let mut e = Shared::with(Policy::default(), paced_writes, Some(&plan));
         plan.lock().unwrap().log.clear();
         let (f, _path) = empty_disk_file();
         // Twice: the counters of two calls add up, the high-water mark of
@@ -787,13 +782,10 @@ fn the_shared_front_end_writes_paced_pieces_on_the_blocking_pool() {
 #[test]
 fn paced_writes_beyond_at_once_take_the_ring() {
     let plan = fault_plan();
-    let sys_plan = plan.clone();
     let e = Shared::with(
         Policy::default(),
         PacedWrites::BlockingPool { at_once: 1 },
-        Some(Arc::new(move || -> Box<dyn slotring_uring::Syscalls> {
-            Box::new(FaultSys(sys_plan.clone()))
-        })),
+        Some(&plan),
     );
     plan.lock().unwrap().log.clear();
     let limit = disk_limit(1 << 30);
