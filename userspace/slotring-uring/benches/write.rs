@@ -821,12 +821,16 @@ fn run(
         held_s,
     };
     eprintln!(
-        "  {:<10} {writers} writer(s): peak {:.2}x (disk incl. neighbours {:.2}x), \
+        "  {:<10} {writers} writer(s){}: peak {:.2}x (disk incl. neighbours {:.2}x), \
          rate error {:.2} %, throughput {:.3}, dirty max {:.1} MiB (engine high-water \
          {:.2} MiB; under writeback at once {:.2} MiB, cap waits {cap_waits}), {:.3} CPU s/GiB \
          (process {:.3} + kernel workers; machine, until on the device: {:.3}), written in {:.1} s, \
          on the device {:.1} s later{}",
         if paced { "paced" } else { "pagecache" },
+        match writer {
+            Writer::Blocking => String::new(),
+            w => format!(" ({w:?})"),
+        },
         r.peak_ratio,
         r.host_peak_ratio,
         r.rate_error_pct,
