@@ -1207,6 +1207,8 @@ fn main() {
         }
         return;
     }
+    // The stall runs need the runs' own filesystem (a loop device's).
+    let can_stall = loop_disk.is_some();
     drop(loop_disk);
     // The baseline: fio at the same rate with the best pacing it has, each
     // on a fresh filesystem, 1 GiB like ours: direct IO (the device sees
@@ -1325,8 +1327,12 @@ fn main() {
         "under a stall: the filesystem frozen {:?} at {:?} (1 GiB each, each on a fresh filesystem):",
         STALL.hold, STALL.at
     );
+    if !can_stall {
+        eprintln!("  no stall runs: no loop device of our own (not root)");
+    }
     let stall_ours: Vec<Run> = [1, 8]
         .into_iter()
+        .filter(|_| can_stall)
         .map(|writers| {
             fresh_run_of(
                 &host,
@@ -1339,14 +1345,21 @@ fn main() {
             )
         })
         .collect();
-    let mut stall_fio: Vec<FioRun> = Vec::new();
+    // fio's buffered + sync_file_range run, then its O_DIRECT run (`None`
+    // where one failed or could not be stalled).
+    let mut stall_fio: Vec<Option<FioRun>> = Vec::new();
     for (name, extra) in [FIO_BUFFERED[0], ("O_DIRECT, 1 job", &["--direct=1"][..])] {
+        if !can_stall {
+            stall_fio.push(None);
+            continue;
+        }
         let (disk, dir, dev_stat) = fresh_disk(&host, true);
         let stall = stall_on(disk.as_ref(), Some(STALL));
-        match fio(&dir, &dev_stat, &host_stat, name, 1, TOTAL, extra, stall) {
-            Ok(r) => stall_fio.push(r),
-            Err(e) => eprintln!("  fio {name}: {e}"),
-        }
+        stall_fio.push(
+            fio(&dir, &dev_stat, &host_stat, name, 1, TOTAL, extra, stall)
+                .map_err(|e| eprintln!("  fio {name}: {e}"))
+                .ok(),
+        );
         drop(disk);
     }
     // The CPU once more on the disk itself, to tell the loop device's share
@@ -1807,7 +1820,7 @@ fn main() {
         "same runs, the seconds the device held the writers (device_held_s; the freeze is 3 s), fewer of 1 and 8",
     );
     for (i, what) in ["sfr", "direct"].into_iter().enumerate() {
-        let r = stall_fio.get(i);
+        let r = stall_fio.get(i).and_then(Option::as_ref);
         report.put(
             &format!("fio_write_stall_peak_ratio_{what}"),
             r.map_or(f64::NAN, |r| r.peak_ratio),
