@@ -8,7 +8,7 @@
 
 use std::sync::OnceLock;
 
-use crate::fair::Tenant;
+use crate::tenant::Tenant;
 
 /// Parks and unparks *the calling thread's* CPU lease. Both calls never block.
 pub trait LeaseHook: Send + Sync + 'static {
