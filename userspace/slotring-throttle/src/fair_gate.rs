@@ -20,14 +20,14 @@ use std::task::{Poll, Waker};
 use std::time::Duration;
 
 use crate::error::ThrottleError;
-use crate::fair_queue::{FairQueue, Ticket};
+use crate::fair_queue::{FairQueue, QueueTicket};
 use crate::tenant::Tenant;
 
 #[derive(Debug)]
 struct GateState {
     queue: FairQueue,
     /// The wakers of the queued requests that are not being polled now.
-    wakers: HashMap<Ticket, Waker>,
+    wakers: HashMap<QueueTicket, Waker>,
 }
 
 impl GateState {
@@ -57,7 +57,7 @@ enum WaiterState {
     Idle,
     Queued {
         gate: Arc<GateShared>,
-        ticket: Ticket,
+        ticket: QueueTicket,
         tenant: Tenant,
         /// For the head: the clock time at which the bookings come within
         /// the horizon (nothing wakes it then; its owner re-polls).
@@ -165,7 +165,7 @@ pub(crate) struct GateShared {
 
 impl GateShared {
     /// Take a cancelled request out of the order and hand its turn on.
-    fn cancel(&self, tenant: &Tenant, ticket: Ticket) {
+    fn cancel(&self, tenant: &Tenant, ticket: QueueTicket) {
         let mut st = crate::sync::lock(&self.state);
         st.wakers.remove(&ticket);
         if st.queue.remove(tenant, ticket) {

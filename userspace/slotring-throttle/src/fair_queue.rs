@@ -64,13 +64,13 @@ const SCALE: u128 = 1 << 16;
 
 /// A waiting request's place in a [`FairQueue`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Ticket(u64);
+pub struct QueueTicket(u64);
 
 /// The request a [`FairQueue`] lets go next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dispatch {
+pub struct QueueDispatch {
     /// The request.
-    pub ticket: Ticket,
+    pub ticket: QueueTicket,
     /// The tenant's id ([`Tenant::id`]).
     pub tenant: u64,
     /// Its cost, tokens.
@@ -79,7 +79,7 @@ pub struct Dispatch {
 
 #[derive(Debug)]
 struct Pending {
-    ticket: Ticket,
+    ticket: QueueTicket,
     start: u128,
     cost: u64,
 }
@@ -100,7 +100,7 @@ pub struct FairQueue {
     seq: u64,
     tenants: HashMap<u64, TenantState>,
     /// `(start tag, ticket) → tenant` for the head of every backlogged tenant.
-    heads: BTreeMap<(u128, Ticket), u64>,
+    heads: BTreeMap<(u128, QueueTicket), u64>,
     active_weight: u64,
     pending: usize,
     pops_since_sweep: usize,
@@ -137,8 +137,8 @@ impl FairQueue {
 
     /// Queue a request of `cost` tokens from `tenant` on a throttler of
     /// `rate` tokens/s (which scales the catch-up bound).
-    pub fn push(&mut self, tenant: &Tenant, cost: u64, rate: u64) -> Ticket {
-        let ticket = Ticket(self.seq);
+    pub fn push(&mut self, tenant: &Tenant, cost: u64, rate: u64) -> QueueTicket {
+        let ticket = QueueTicket(self.seq);
         self.seq += 1;
         let w = tenant.weight();
         let idle = self
@@ -168,12 +168,12 @@ impl FairQueue {
     }
 
     /// The request that goes next, without removing it.
-    pub fn peek(&self) -> Option<Ticket> {
+    pub fn peek(&self) -> Option<QueueTicket> {
         self.heads.keys().next().map(|&(_, t)| t)
     }
 
     /// Remove and return the request that goes next; `V` moves to its tag.
-    pub fn pop(&mut self) -> Option<Dispatch> {
+    pub fn pop(&mut self) -> Option<QueueDispatch> {
         let ((start, ticket), id) = self.heads.pop_first()?;
         let st = self
             .tenants
@@ -194,7 +194,7 @@ impl FairQueue {
         if self.pops_since_sweep >= self.tenants.len().max(64) {
             self.sweep();
         }
-        Some(Dispatch {
+        Some(QueueDispatch {
             ticket,
             tenant: id,
             cost: p.cost,
@@ -205,7 +205,7 @@ impl FairQueue {
     /// turn (its caller stopped waiting: its `max_block` ran out). `V` does
     /// not move; the tenant's later requests keep their tags, so it gives up
     /// the place, never gains one. Returns whether the ticket was queued.
-    pub fn remove(&mut self, tenant: &Tenant, ticket: Ticket) -> bool {
+    pub fn remove(&mut self, tenant: &Tenant, ticket: QueueTicket) -> bool {
         let id = tenant.id();
         let Some(st) = self.tenants.get_mut(&id) else {
             return false;

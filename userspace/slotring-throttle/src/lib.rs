@@ -59,7 +59,7 @@ pub use clock::ManualClock;
 pub use clock::{ClampState, Clock, ClockSource, MonotonicClock, sleep_abs_monotonic};
 pub use counters::ThrottleCounters;
 pub use error::ThrottleError;
-pub use fair_queue::{DEFAULT_TAU, Dispatch, FairQueue, MAX_TAU, Ticket};
+pub use fair_queue::{DEFAULT_TAU, FairQueue, MAX_TAU, QueueDispatch, QueueTicket};
 pub use park::{
     LeaseHook, LeaseObserver, LeaseParked, LeaseState, install_lease_hook, lease_hook_installed,
     notify_lease_state, park_current_lease, set_lease_observer,

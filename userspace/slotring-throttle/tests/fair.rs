@@ -23,7 +23,7 @@ struct Sim {
     throttler: Throttler,
     queue: FairQueue,
     /// ticket → (tenant, cost)
-    owner: HashMap<slotring_throttle::Ticket, (Tenant, u64)>,
+    owner: HashMap<slotring_throttle::QueueTicket, (Tenant, u64)>,
     bytes: HashMap<u64, u64>,
 }
 
