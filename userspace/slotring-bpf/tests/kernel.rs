@@ -21,7 +21,7 @@ use slotring_uring::UringCounters;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
-    slotring_bpf::install_observer();
+    slotring_bpf::install_lease_observer();
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 

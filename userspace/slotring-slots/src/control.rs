@@ -42,7 +42,7 @@ impl ConcurrencyControl {
     /// Also installs this crate's lease hook into `slotring-throttle` (once
     /// per process), so blocking throttler waits park the caller's lease.
     pub fn new() -> Self {
-        crate::lease::install_throttle_lease_hook();
+        crate::lease::install_lease_hook();
         let core = Core::new();
         let yield_needed = core.yield_needed.clone();
         Self {

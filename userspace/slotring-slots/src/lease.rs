@@ -319,7 +319,7 @@ static HOOK: ThrottleHook = ThrottleHook;
 /// done by [`crate::ConcurrencyControl::new`] and
 /// [`crate::AcquiredSlot::make_current`]). Returns whether our hook is the one
 /// installed (false if another hook got there first).
-pub fn install_throttle_lease_hook() -> bool {
+pub fn install_lease_hook() -> bool {
     static OURS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OURS.get_or_init(|| slotring_throttle::install_lease_hook(&HOOK))
 }

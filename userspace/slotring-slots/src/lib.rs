@@ -65,7 +65,7 @@ pub use adaptive::{AdaptiveConfig, BudgetController, RunqSample, Step};
 pub use control::{Allocation, ConcurrencyControl, GrantedAllocation, SlotAllocation};
 pub use counters::{AdaptiveCounters, SlotsCounters, UNLIMITED};
 pub use error::SlotsError;
-pub use lease::{CpuLeaseParkGuard, SlotLease, current_lease_state, install_throttle_lease_hook};
+pub use lease::{CpuLeaseParkGuard, SlotLease, current_lease_state, install_lease_hook};
 pub use scheduler::Scheduler;
 pub use slot::{AcquiredSlot, CPU_YIELD_INTERVAL, CurrentLease};
 pub use slotring_throttle::LeaseState;

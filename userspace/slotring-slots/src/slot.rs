@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use slotring_throttle::notify_lease_state;
 
-use crate::lease::{SlotLease, install_throttle_lease_hook, push_current, take_current};
+use crate::lease::{SlotLease, install_lease_hook, push_current, take_current};
 use crate::shared::{SlotState, Yielder};
 
 /// How often [`CurrentLease::checkpoint`] gives the CPU to other runnable
@@ -114,7 +114,7 @@ impl AcquiredSlot {
     /// the previous current lease). While current, park it through
     /// [`crate::CpuLeaseParkGuard`] (or any blocking `slotring-throttle` wait).
     pub fn make_current(&mut self) -> CurrentLease<'_> {
-        install_throttle_lease_hook();
+        install_lease_hook();
         let state = std::mem::take(&mut self.state);
         let competing = state.competing;
         let ls = state.lease_state();

@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use slotring_slots::{
     ConcurrencyControl, CpuLeaseParkGuard, LeaseState, Scheduler, SlotLease, SlotsCounters,
-    current_lease_state, install_throttle_lease_hook,
+    current_lease_state, install_lease_hook,
 };
 use slotring_throttle::{Clock, LeaseObserver, Throttle, Throttler, UNLIMITED_BLOCK};
 
@@ -44,7 +44,7 @@ static RECORDER: Recorder = Recorder;
 
 fn observed() -> Vec<LeaseState> {
     // The first caller installs it; later calls find it installed.
-    let _ = slotring_throttle::set_lease_observer(&RECORDER);
+    let _ = slotring_throttle::install_lease_observer(&RECORDER);
     SEEN.with(|s| std::mem::take(&mut *s.borrow_mut()))
 }
 
@@ -301,10 +301,7 @@ impl Clock for GateClock {
 #[test]
 fn a_blocking_throttler_wait_parks_the_current_lease() {
     let cc = cc(1, Scheduler::MaxMinFair);
-    assert!(
-        install_throttle_lease_hook(),
-        "our hook is the installed one"
-    );
+    assert!(install_lease_hook(), "our hook is the installed one");
     assert!(slotring_throttle::lease_hook_installed());
     let clock = Arc::new(GateClock::default());
     let throttler = Throttler::builder(1000)

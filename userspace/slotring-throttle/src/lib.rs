@@ -61,8 +61,8 @@ pub use counters::ThrottleCounters;
 pub use error::ThrottleError;
 pub use fair_queue::{DEFAULT_TAU, FairQueue, MAX_TAU, QueueDispatch, QueueTicket};
 pub use park::{
-    LeaseHook, LeaseObserver, LeaseParked, LeaseState, install_lease_hook, lease_hook_installed,
-    notify_lease_state, park_current_lease, set_lease_observer,
+    LeaseHook, LeaseObserver, LeaseParked, LeaseState, install_lease_hook, install_lease_observer,
+    lease_hook_installed, notify_lease_state, park_current_lease,
 };
 pub use tenant::{MAX_WEIGHT, Tenant, TenantScope};
 pub use throttle::{Reservation, Source, Throttle, ThrottlePtr, UNLIMITED_BLOCK};

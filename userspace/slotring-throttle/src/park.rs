@@ -107,7 +107,7 @@ static OBSERVER: OnceLock<&'static dyn LeaseObserver> = OnceLock::new();
 
 /// Install the process-wide lease observer. Returns `false` (and changes
 /// nothing) if one was already installed.
-pub fn set_lease_observer(observer: &'static dyn LeaseObserver) -> bool {
+pub fn install_lease_observer(observer: &'static dyn LeaseObserver) -> bool {
     OBSERVER.set(observer).is_ok()
 }
 
