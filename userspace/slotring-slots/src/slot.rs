@@ -2,9 +2,9 @@
 //!
 //! An acquired slot is one thread's share of the budget (ClickHouse's
 //! `IAcquiredSlot`) and a parkable CPU lease ([`SlotLease`]). Its accounting
-//! lives in a `SlotState` (`shared.rs`); while the slot is the thread's
-//! current lease that state sits on the thread's lease stack (`lease.rs`)
-//! and the [`CurrentLease`] guard brings it back.
+//! lives in a `SlotState` (`control_shared.rs`); while the slot is the
+//! thread's current lease that state sits on the thread's lease stack
+//! (`lease.rs`) and the [`CurrentLease`] guard brings it back.
 
 use std::cell::Cell;
 use std::fmt;
@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use slotring_throttle::notify_lease_state;
 
+use crate::control_shared::{SlotState, Yielder};
 use crate::lease::{SlotLease, install_lease_hook, push_current, take_current};
-use crate::shared::{SlotState, Yielder};
 
 /// How often [`CurrentLease::checkpoint`] gives the CPU to other runnable
 /// threads (`sched_yield`): once per millisecond of checkpoints.
@@ -74,7 +74,7 @@ impl AcquiredSlot {
     /// is exceeded by.
     ///
     /// Cheap: one `Relaxed` atomic load while nothing needs to yield; the
-    /// core mutex only while yields are wanted. Always false for
+    /// state mutex only while yields are wanted. Always false for
     /// non-competing and [`crate::GrantedAllocation`] slots (releasing them
     /// frees no budget) and for a parked slot.
     ///
