@@ -9,11 +9,11 @@ use slotring_throttle::Tenant;
 
 use crate::SlotsError;
 use crate::control_shared::{ControlShared, SlotState, Yielder};
-use crate::counters::{SlotsCounters, UNLIMITED};
 use crate::scheduler::Scheduler;
 use crate::scheduler_state::{AllocShared, SchedulerState};
 use crate::slot::AcquiredSlot;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, take_one};
+use crate::{SlotsCounters, UNLIMITED};
 
 /// A global budget of CPU slots shared by allocations (ClickHouse's
 /// `ConcurrencyControl`). Cloning yields another handle to the same budget.

@@ -49,13 +49,12 @@
 
 // Module dependencies run one way: `control` -> `slot` -> `lease` ->
 // `control_shared` -> `scheduler_state`, each also using any module further
-// along that chain and the leaves `error`, `counters`, `scheduler` and
-// `sync`; `adaptive` (the budget's control law) is a leaf too: pure
-// arithmetic on numbers.
+// along that chain and the leaves `error`, `scheduler` and `sync` (the
+// counter sets live in `slotring-counters`); `adaptive` (the budget's
+// control law) is a leaf too: pure arithmetic on numbers.
 mod adaptive;
 mod control;
 mod control_shared;
-mod counters;
 mod error;
 mod lease;
 mod scheduler;
@@ -65,9 +64,9 @@ mod sync;
 
 pub use adaptive::{AdaptiveConfig, BudgetController, RunqSample, Step};
 pub use control::{Allocation, ConcurrencyControl, GrantedAllocation, SlotAllocation};
-pub use counters::{AdaptiveCounters, SlotsCounters, UNLIMITED};
 pub use error::SlotsError;
 pub use lease::{CpuLeaseParkGuard, SlotLease, current_lease_state, install_lease_hook};
 pub use scheduler::Scheduler;
 pub use slot::{AcquiredSlot, CPU_YIELD_INTERVAL, CurrentLease};
+pub use slotring_counters::slots::{AdaptiveCounters, SlotsCounters, UNLIMITED};
 pub use slotring_throttle::LeaseState;

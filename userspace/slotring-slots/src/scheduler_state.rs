@@ -79,9 +79,9 @@
 use std::collections::BTreeSet;
 
 use crate::SlotsError;
-use crate::counters::{SlotsCounters, UNLIMITED};
 use crate::scheduler::Scheduler;
 use crate::sync::{Arc, AtomicU64, Condvar, Ordering};
+use crate::{SlotsCounters, UNLIMITED};
 
 const NIL: u32 = u32::MAX;
 
