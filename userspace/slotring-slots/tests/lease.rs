@@ -364,9 +364,9 @@ fn a_blocking_throttler_wait_parks_the_current_lease() {
 
 /// Current-lease guards dropped out of order: each guard gives its own
 /// state back to its own slot, the observer always hears the state of the
-/// lease that is current, and every slot is released exactly once
-/// (regression: a guard popped whatever was on top of the stack, so `B`'s
-/// guard took `C`'s state and `A`'s drop released `B` while still current).
+/// lease that is current, and every slot is released exactly once (a guard
+/// that popped whatever is on top of the stack would give `B`'s guard `C`'s
+/// state, and `A`'s drop would release `B` while it is still current).
 #[test]
 fn current_leases_dropped_out_of_order_keep_their_own_state() {
     let _ = observed();

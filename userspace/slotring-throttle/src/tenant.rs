@@ -6,14 +6,14 @@
 //! The fair order (see the `fair_queue` module for the model) applies
 //! wherever a tenant is current on the calling thread ([`Tenant::enter`], or
 //! the tenant of the thread's current CPU lease):
-//! [`crate::Throttle::throttle`] takes its turn, then waits as today; and
-//! [`crate::Throttle::reserve`] (the io_uring and pread engines) takes its
-//! turn, then books, so the delay it returns — the deadline of the ring's
-//! timeout SQE — is the fair one. Taking a turn waits (CPU lease parked)
-//! only while other requests queue or the bookings run more than `τ` ahead;
-//! alone, a tenant never waits for a turn and every wait is today's. An
-//! async runtime thread must not have a tenant current (its reservation
-//! could block the runtime).
+//! [`crate::Throttle::throttle`] takes its turn, then waits as it does
+//! without a tenant; and [`crate::Throttle::reserve`] (the io_uring and
+//! pread engines) takes its turn, then books, so the delay it returns — the
+//! deadline of the ring's timeout SQE — is the fair one. Taking a turn waits
+//! (CPU lease parked) only while other requests queue or the bookings run
+//! more than `τ` ahead; alone, a tenant never waits for a turn and every wait
+//! is the first-come one. An async runtime thread must not have a tenant
+//! current (its reservation could block the runtime).
 //!
 //! # Bad input
 //!

@@ -279,7 +279,7 @@ impl Throttler {
     }
 
     /// ClickHouse's `throttle`: charge here at once, wait for this level's
-    /// deficit, then the parent (today's path, without a tenant).
+    /// deficit, then the parent (the first-come path, without a tenant).
     fn throttle_first_come(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
         let now = self.now();
         let d = self.charge_level(amount, max_block, now)?;
