@@ -40,7 +40,7 @@ fn a_throttled_uring_read_parks_the_slot_and_costs_no_cpu() -> Result<()> {
         eprintln!("SKIP: needs root for BPF (CAP_BPF, CAP_PERFMON)");
         return Ok(());
     }
-    slotring_bpf::install_observer();
+    slotring_bpf::install_lease_observer();
     let pin_dir =
         std::path::PathBuf::from(format!("/sys/fs/bpf/slotring-it-{}", std::process::id()));
     let bpf = match SlotringBpf::load(BpfConfig {

@@ -108,7 +108,7 @@ impl LeaseObserver for Noop {
 
 fn main() {
     let mut report = Report::new("bpf");
-    slotring_bpf::install_observer();
+    slotring_bpf::install_lease_observer();
     let guard = StatsGuard::enable();
 
     // 1. Everything filtered: probes for a tgid that does not exist.

@@ -17,9 +17,9 @@
 use std::mem::{offset_of, size_of};
 
 use slotring_counters::CounterSet;
-use slotring_slots::SlotsCounters;
-use slotring_throttle::ThrottleCounters;
-use slotring_uring::UringCounters;
+use slotring_counters::slots::SlotsCounters;
+use slotring_counters::throttle::ThrottleCounters;
+use slotring_counters::uring::UringCounters;
 
 /// Registered threads per loaded instance (`SLOTRING_MAX_THREADS`).
 pub const MAX_THREADS: u32 = 1024;

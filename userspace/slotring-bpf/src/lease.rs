@@ -338,13 +338,13 @@ pub(crate) fn write_state(slot: &[std::sync::atomic::AtomicU64], new: u64, now: 
 /// The process-wide [`LeaseObserver`] that mirrors lease states into the
 /// active instance's `lease` map (or its plain-memory stand-in).
 ///
-/// Install it with [`install_observer`]. A thread's first report registers
+/// Install it with [`install_lease_observer`]. A thread's first report registers
 /// it (one syscall); every later report is one `clock_gettime` (vDSO) and a
 /// few atomic stores. Reports with no instance loaded are dropped.
 #[derive(Debug, Default)]
 pub struct LeaseMirror;
 
-/// The observer instance to pass to `slotring_throttle::set_lease_observer`.
+/// The observer instance to pass to `slotring_throttle::install_lease_observer`.
 pub static LEASE_MIRROR: LeaseMirror = LeaseMirror;
 
 impl LeaseObserver for LeaseMirror {
@@ -357,8 +357,8 @@ impl LeaseObserver for LeaseMirror {
 
 /// Install [`LEASE_MIRROR`] as the process's lease observer. Returns
 /// `false` if another observer was installed first.
-pub fn install_observer() -> bool {
-    slotring_throttle::set_lease_observer(&LEASE_MIRROR)
+pub fn install_lease_observer() -> bool {
+    slotring_throttle::install_lease_observer(&LEASE_MIRROR)
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ pub use abi::{
 };
 pub use budget::{AdaptiveBudget, BudgetPoint, RunqProbe};
 pub use error::BpfError;
-pub use lease::{LEASE_MIRROR, LeaseMirror, install_observer, monotonic_ns};
+pub use lease::{LEASE_MIRROR, LeaseMirror, install_lease_observer, monotonic_ns};
 pub use loader::{
     AttachMode, BpfConfig, DEFAULT_PIN_ROOT, NamedId, OBJECT, ProbeStatus, ProgStats, SlotringBpf,
 };

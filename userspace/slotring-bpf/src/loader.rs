@@ -12,8 +12,8 @@ use aya::programs::{BtfTracePoint, ProgramError, RawTracePoint};
 use aya::{Btf, Ebpf, EbpfError, EbpfLoader};
 
 use crate::BpfError;
-use slotring_slots::SlotsCounters;
-use slotring_uring::UringCounters;
+use slotring_counters::slots::SlotsCounters;
+use slotring_counters::uring::UringCounters;
 
 use crate::abi::{
     AbiStruct, HIST_SLOTS, Hist, LeaseSlot, MAX_THREADS, MAX_THROTTLERS, Owner, ThreadAcct,

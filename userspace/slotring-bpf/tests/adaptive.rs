@@ -109,7 +109,7 @@ fn budget_falls_under_a_cpu_hog_and_recovers() {
         }
         Err(e) => panic!("loading the probes failed: {e}"),
     };
-    slotring_bpf::install_observer();
+    slotring_bpf::install_lease_observer();
     // Is stress-ng there (a failure under CI=true, else a printed skip)?
     match hog(1) {
         Some(mut c) => {

@@ -14,14 +14,14 @@ use slotring_bpf::{
     AbiStruct, AttachMode, BpfConfig, BpfError, ProbeStatus, SlotringBpf, ThrottleStats, Verdict,
     VerifyConfig,
 };
+use slotring_counters::uring::UringCounters;
 use slotring_slots::SlotsCounters;
 use slotring_throttle::{LeaseState, ThrottleCounters, notify_lease_state};
-use slotring_uring::UringCounters;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
-    slotring_bpf::install_observer();
+    slotring_bpf::install_lease_observer();
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 

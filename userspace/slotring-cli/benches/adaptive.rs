@@ -777,7 +777,7 @@ fn main() {
         ..BpfConfig::default()
     })
     .expect("the adaptive bench needs the probes (run as root)");
-    slotring::bpf::install_observer();
+    slotring::bpf::install_lease_observer();
     let mut report = Report::new("adaptive");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cg_note = cg.as_ref().map_or("none".into(), |c| c.note.clone());

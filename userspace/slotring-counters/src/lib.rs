@@ -1,9 +1,10 @@
 //! # slotring-counters
 //!
-//! One field list per counter set. slotring keeps three sets of statistics —
-//! a throttler's (`slotring_throttle::ThrottleCounters`), the CPU slot
-//! budget's (`slotring_slots::SlotsCounters`) and the IO engine's
-//! (`slotring_uring::UringCounters`) — and each set is seen in several
+//! One field list per counter set. slotring keeps its statistics in counter
+//! sets — a throttler's ([`throttle::ThrottleCounters`]), the CPU slot
+//! budget's ([`slots::SlotsCounters`]), the adaptive budget loop's
+//! ([`slots::AdaptiveCounters`]) and the IO engine's
+//! ([`uring::UringCounters`]) — and each set is seen in several
 //! places: the Rust struct, its view as BPF map memory (`slotring-bpf`'s ABI,
 //! checked against the C struct in `ebpf/slotring.h`), the sum over
 //! instances, and the Prometheus families of `/metrics`. [`counter_set!`]
@@ -36,10 +37,21 @@
 //! The generated struct is `#[repr(C)]` and made only of `u64` fields in the
 //! order of the list, so it has no padding and can be copied word by word
 //! into BPF map memory; each [`Field`] carries its byte offset for the check
-//! against the C struct's BTF. This crate has no dependencies, so the
-//! throttle, slots and uring crates use it without depending on each other.
+//! against the C struct's BTF.
+//!
+//! Every counter set is defined here, one module per area ([`throttle`],
+//! [`slots`], [`uring`]), and re-exported by the crate that keeps it under
+//! its own path (`slotring_throttle::ThrottleCounters`, …). This crate has no
+//! dependencies, so the throttle, slots and uring crates use it without
+//! depending on each other, and `slotring-bpf` mirrors every set into map
+//! memory without depending on the crates that keep them (nor on their
+//! dependencies: io_uring, tokio).
 
 #![forbid(unsafe_code)]
+
+pub mod slots;
+pub mod throttle;
+pub mod uring;
 
 /// Whether a field counts events over its owner's life or is a current value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

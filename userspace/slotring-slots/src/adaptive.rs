@@ -26,9 +26,9 @@
 //!   estimate rounded, at most `budget − 1`, never below the floor. A share
 //!   above `t` whose estimate rounds to the budget itself (less than half a
 //!   slot of evidence) holds instead: at a budget of 2, 10% over target
-//!   would otherwise halve the budget on noise (measured: on a loaded
-//!   2-core machine the budget sat at 1 of 2 cores, every probe of 2 seeing
-//!   about 20%).
+//!   would otherwise halve the budget on noise (on a loaded 2-core machine
+//!   every probe of 2 sees about 20%, and the budget would sit at 1 of 2
+//!   cores).
 //!   One window moves the budget all the way after a step in demand or
 //!   supply (a hog arriving), instead of AIMD's halvings.
 //!
@@ -42,15 +42,17 @@
 //!   cgroup of its own (the supply is fixed: at 2 leases on 2 CPUs a 1-CPU
 //!   quota shows `s ≈ 50%`, supply 1.0) still goes to 1; noise from other
 //!   processes on a 2-core machine (`s` of 20–40% at 2 leases, supply ≥
-//!   1.2) no longer does (measured before this rule: budget 1 in 15% of
-//!   the windows of bench (a), 0.84× the static throughput on a loaded
-//!   machine).
+//!   1.2) does not (without this rule the budget is 1 in 15% of the windows
+//!   of bench (a) on a loaded machine, at 0.84× the static throughput; the
+//!   test `noise_from_other_processes_does_not_give_up_a_cpu` replays
+//!   such a trace).
 //! * **Dead band** (`t/2 ≤ share ≤ t`): hold; below the CPUs (`budget <
 //!   cpus`) there is no dead band, a share up to `t` counts as calm: the
 //!   leases there do not queue behind each other, and a wait of a few
 //!   percent from other threads does not say that one lease more would
-//!   (measured before: back from 1 to 2 on 2 CPUs took 1.5 s after a hog
-//!   stopped, the other load's 6–10% windows resetting the count).
+//!   (with a dead band there, the other load's 6–10% windows keep resetting
+//!   the count, and the budget takes 1.5 s to get back from 1 to 2 on 2
+//!   CPUs after a hog stops).
 //! * **Calm** (`share < t/2`) and some allocation waits: go up by one slot,
 //!   after `1` calm window, or, when the next level is one where congestion
 //!   was last seen, after `hold` consecutive calm windows. Every probe that
@@ -75,8 +77,8 @@
 //! its switch-out, so the window after a step down still carries time of
 //! the leases that just yielded. The window after a `Down` is ignored
 //! (a `Hold`), as TCP reduces at most once per round trip; without it the
-//! stale congestion drove a second step down and the hold reset (seen on
-//! the kernel: 3 → 2 → 1 → 2 → 3 every half second).
+//! stale congestion drives a second step down and resets the hold (on the
+//! kernel: 3 → 2 → 1 → 2 → 3 every half second).
 //!
 //! Without waiting allocations the budget does not grow (no demand, no
 //! evidence); it may still shrink.
@@ -580,8 +582,9 @@ mod tests {
     /// Run-queue shares (%) of bench (a) (`cargo xtask bench adaptive`: 2
     /// cores, ceiling 4, 3 CPU-bound scans and short queries) on a machine
     /// loaded by other builds (load average 3-4), one per 100 ms window,
-    /// with the law before the "below the CPUs" rule: its budget was 1 in
-    /// 12 of these 80 windows (after the 35%, 30% and 33% ones at 2).
+    /// recorded under the law without the "below the CPUs" rule, whose
+    /// budget is 1 in 12 of these 80 windows (after the 35%, 30% and 33%
+    /// ones at 2).
     const RECORDED_LOADED: [u8; 80] = [
         47, 23, 18, 26, 16, 19, 13, 13, 5, 36, 14, 30, 15, 11, 8, 9, 11, 2, 2, 34, 15, 21, 25, 26,
         32, 17, 23, 16, 25, 30, 18, 12, 10, 12, 11, 11, 18, 16, 13, 24, 15, 6, 11, 7, 2, 2, 2, 5,

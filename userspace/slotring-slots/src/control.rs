@@ -8,18 +8,18 @@ use std::time::{Duration, Instant};
 use slotring_throttle::Tenant;
 
 use crate::SlotsError;
-use crate::core::{AllocShared, Core};
-use crate::counters::{SlotsCounters, UNLIMITED};
+use crate::control_shared::{ControlShared, SlotState, Yielder};
 use crate::scheduler::Scheduler;
-use crate::shared::{Shared, SlotState, Yielder};
+use crate::scheduler_state::{AllocShared, SchedulerState};
 use crate::slot::AcquiredSlot;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, take_one};
+use crate::{SlotsCounters, UNLIMITED};
 
 /// A global budget of CPU slots shared by allocations (ClickHouse's
 /// `ConcurrencyControl`). Cloning yields another handle to the same budget.
 #[derive(Clone)]
 pub struct ConcurrencyControl {
-    shared: Arc<Shared>,
+    shared: Arc<ControlShared>,
 }
 
 impl fmt::Debug for ConcurrencyControl {
@@ -42,12 +42,12 @@ impl ConcurrencyControl {
     /// Also installs this crate's lease hook into `slotring-throttle` (once
     /// per process), so blocking throttler waits park the caller's lease.
     pub fn new() -> Self {
-        crate::lease::install_throttle_lease_hook();
-        let core = Core::new();
-        let yield_needed = core.yield_needed.clone();
+        crate::lease::install_lease_hook();
+        let state = SchedulerState::new();
+        let yield_needed = state.yield_needed.clone();
         Self {
-            shared: Arc::new(Shared {
-                core: Mutex::new(core),
+            shared: Arc::new(ControlShared {
+                state: Mutex::new(state),
                 slots_acquired: AtomicU64::new(0),
                 slots_acquired_nc: AtomicU64::new(0),
                 yield_needed,
@@ -141,8 +141,8 @@ impl ConcurrencyControl {
 
     /// A snapshot of the counters and gauges.
     pub fn counters(&self) -> SlotsCounters {
-        let core = self.shared.lock();
-        core.snapshot(
+        let st = self.shared.lock();
+        st.snapshot(
             self.shared.slots_acquired.load(Ordering::Relaxed),
             self.shared.slots_acquired_nc.load(Ordering::Relaxed),
         )
@@ -169,7 +169,7 @@ pub trait SlotAllocation: Send + Sync {
 /// Dropping it frees it: granted-but-unacquired slots return to the budget.
 /// Acquired slots stay valid and may outlive it.
 pub struct Allocation {
-    shared: Arc<Shared>,
+    shared: Arc<ControlShared>,
     id: u32,
     alloc: Arc<AllocShared>,
     tenant: Option<Tenant>,
@@ -248,17 +248,17 @@ impl Allocation {
             return Ok(s);
         }
         let start = Instant::now();
-        let mut core = self.shared.lock();
+        let mut st = self.shared.lock();
         let mut blocked = false;
         let result = loop {
             if let Some(s) = self.try_acquire() {
                 break Ok(s);
             }
-            if core.is_freed(self.id) {
+            if st.is_freed(self.id) {
                 break Err(SlotsError::Freed);
             }
-            if !core.is_requesting(self.id) {
-                let (allocated, max) = core.allocated_and_max(self.id);
+            if !st.is_requesting(self.id) {
+                let (allocated, max) = st.allocated_and_max(self.id);
                 break Err(SlotsError::Exhausted { allocated, max });
             }
             let remaining = match timeout {
@@ -269,22 +269,22 @@ impl Allocation {
                 },
             };
             blocked = true;
-            core.blocked_delta(self.id, true);
-            core = match remaining {
-                None => match self.alloc.cv.wait(core) {
+            st.blocked_delta(self.id, true);
+            st = match remaining {
+                None => match self.alloc.cv.wait(st) {
                     Ok(g) => g,
                     Err(p) => p.into_inner(),
                 },
-                Some(r) => match self.alloc.cv.wait_timeout(core, r) {
+                Some(r) => match self.alloc.cv.wait_timeout(st, r) {
                     Ok((g, _)) => g,
                     Err(p) => p.into_inner().0,
                 },
             };
-            core.blocked_delta(self.id, false);
+            st.blocked_delta(self.id, false);
         };
         if blocked {
             let us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
-            core.stats.wait_us = core.stats.wait_us.saturating_add(us);
+            st.stats.wait_us = st.stats.wait_us.saturating_add(us);
         }
         result
     }

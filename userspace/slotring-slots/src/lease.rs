@@ -8,14 +8,14 @@
 //! * [`SlotLease::unpark`] never blocks. It takes the slot back even when the
 //!   budget is full; that overshoot is a *borrow* (`borrowed` gauge,
 //!   `unpark_borrows` counter), repaid by withholding the next released
-//!   capacity (see the invariants in the `core` module docs:
+//!   capacity (see the invariants in the `scheduler_state` module docs:
 //!   `cur − borrowed ≤ max` for the fair schedulers, `borrowed` ≤ overshoot,
 //!   so it is 0 whenever everything is released and no capacity is lost).
 //! * Non-competing slots (fair schedulers' `min`) park too (the thread's state
 //!   is tracked and `parks`/`parked` count them) but move no capacity.
 //! * [`crate::GrantedAllocation`] slots count nothing and never park.
 //!
-//! Park and unpark take the core mutex: a park must hand its capacity to a
+//! Park and unpark take the state mutex: a park must hand its capacity to a
 //! waiter atomically with uncounting it, and an unpark must decide between
 //! "fits" and "borrows" against the same count. Uncontended, that is one
 //! futex-free lock/unlock each (see `park_unpark_ns` in the `slots` bench).
@@ -43,21 +43,21 @@
 //!
 //! This module holds the [`SlotLease`] trait, the thread-local stack of
 //! current leases, [`CpuLeaseParkGuard`] and the `slotring-throttle` hook. It
-//! moves `SlotState`s (`shared.rs`) and knows nothing of the slot type: the
-//! slot and its `CurrentLease` guard (`slot.rs`) push their state here with
-//! [`push_current`] and take it back with [`take_current`].
+//! moves `SlotState`s (`control_shared.rs`) and knows nothing of the slot
+//! type: the slot and its `CurrentLease` guard (`slot.rs`) push their state
+//! here with [`push_current`] and take it back with [`take_current`].
 
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 
 use slotring_throttle::{LeaseHook, LeaseState, notify_lease_state};
 
-use crate::shared::SlotState;
+use crate::control_shared::SlotState;
 
 /// A CPU lease that a thread can park during a non-CPU wait (ClickHouse's
 /// `ISlotLease`).
 pub trait SlotLease {
-    /// Park the lease. Never waits for capacity (it holds the core mutex for
+    /// Park the lease. Never waits for capacity (it holds the state mutex for
     /// a few instructions). Returns `true` if it parked; then
     /// [`SlotLease::unpark`] must be called once.
     fn park(&mut self) -> bool;
@@ -319,7 +319,7 @@ static HOOK: ThrottleHook = ThrottleHook;
 /// done by [`crate::ConcurrencyControl::new`] and
 /// [`crate::AcquiredSlot::make_current`]). Returns whether our hook is the one
 /// installed (false if another hook got there first).
-pub fn install_throttle_lease_hook() -> bool {
+pub fn install_lease_hook() -> bool {
     static OURS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OURS.get_or_init(|| slotring_throttle::install_lease_hook(&HOOK))
 }

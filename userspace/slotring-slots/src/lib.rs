@@ -23,9 +23,10 @@
 //!   waits park the caller's lease, and reports lease state changes through
 //!   `slotring_throttle::notify_lease_state`.
 //!
-//! Design: one mutex-protected `pub(crate)` core behind thin wrappers (see
-//! the `core` module for the waiter lists and the invariants). The code runs
-//! unchanged under loom (`RUSTFLAGS="--cfg loom"`) through the `sync` facade.
+//! Design: one mutex-protected `pub(crate)` scheduler state behind thin
+//! wrappers (see the `scheduler_state` module for the waiter lists and the
+//! invariants). The code runs unchanged under loom
+//! (`RUSTFLAGS="--cfg loom"`) through the `sync` facade.
 //!
 //! This crate knows nothing of io_uring, tokio, BPF or Prometheus.
 //!
@@ -47,25 +48,25 @@
 #![forbid(unsafe_code)]
 
 // Module dependencies run one way: `control` -> `slot` -> `lease` ->
-// `shared` -> `core`, each also using any module further along that chain
-// and the leaves `error`, `counters`, `scheduler` and `sync`; `adaptive`
-// (the budget's control law) is a leaf too: pure arithmetic on numbers.
+// `control_shared` -> `scheduler_state`, each also using any module further
+// along that chain and the leaves `error`, `scheduler` and `sync` (the
+// counter sets live in `slotring-counters`); `adaptive` (the budget's
+// control law) is a leaf too: pure arithmetic on numbers.
 mod adaptive;
 mod control;
-mod core;
-mod counters;
+mod control_shared;
 mod error;
 mod lease;
 mod scheduler;
-mod shared;
+mod scheduler_state;
 mod slot;
 mod sync;
 
 pub use adaptive::{AdaptiveConfig, BudgetController, RunqSample, Step};
 pub use control::{Allocation, ConcurrencyControl, GrantedAllocation, SlotAllocation};
-pub use counters::{AdaptiveCounters, SlotsCounters, UNLIMITED};
 pub use error::SlotsError;
-pub use lease::{CpuLeaseParkGuard, SlotLease, current_lease_state, install_throttle_lease_hook};
+pub use lease::{CpuLeaseParkGuard, SlotLease, current_lease_state, install_lease_hook};
 pub use scheduler::Scheduler;
 pub use slot::{AcquiredSlot, CPU_YIELD_INTERVAL, CurrentLease};
+pub use slotring_counters::slots::{AdaptiveCounters, SlotsCounters, UNLIMITED};
 pub use slotring_throttle::LeaseState;

@@ -2,9 +2,9 @@
 //!
 //! An acquired slot is one thread's share of the budget (ClickHouse's
 //! `IAcquiredSlot`) and a parkable CPU lease ([`SlotLease`]). Its accounting
-//! lives in a `SlotState` (`shared.rs`); while the slot is the thread's
-//! current lease that state sits on the thread's lease stack (`lease.rs`)
-//! and the [`CurrentLease`] guard brings it back.
+//! lives in a `SlotState` (`control_shared.rs`); while the slot is the
+//! thread's current lease that state sits on the thread's lease stack
+//! (`lease.rs`) and the [`CurrentLease`] guard brings it back.
 
 use std::cell::Cell;
 use std::fmt;
@@ -13,22 +13,21 @@ use std::time::{Duration, Instant};
 
 use slotring_throttle::notify_lease_state;
 
-use crate::lease::{SlotLease, install_throttle_lease_hook, push_current, take_current};
-use crate::shared::{SlotState, Yielder};
+use crate::control_shared::{SlotState, Yielder};
+use crate::lease::{SlotLease, install_lease_hook, push_current, take_current};
 
 /// How often [`CurrentLease::checkpoint`] gives the CPU to other runnable
 /// threads (`sched_yield`): once per millisecond of checkpoints.
 ///
-/// Measured (`cargo xtask bench adaptive`, workload (a): CPU-bound scans
-/// checkpointing every 50 µs of work, short queries of 0.5 ms waking beside
-/// them, 2 cores, `CONFIG_HZ=250`): without it a waking short query waits
-/// for the running scan's slice to end, checked at the next tick (4 ms),
-/// and its p99 was 9.6 ms under the static budget and 6.0 ms under the
-/// adaptive one; with a yield every millisecond 4.3 and 2.9 ms. The
-/// budget of the cores also kept the CPUs busier (0.05 idle instead of
-/// 0.15: a slot handed on at a quantum's end reaches its woken thread on
-/// the yielding CPU sooner). A yield with nothing else runnable returns at
-/// once (~1 µs: 0.1 % of the interval).
+/// Without the yield, a thread that wakes beside CPU-bound slot holders (a
+/// short query beside scans) waits for the running holder's slice to end,
+/// which the scheduler checks only at its next tick (4 ms at
+/// `CONFIG_HZ=250`); with a yield every millisecond it runs within about
+/// one interval, and a slot handed on at a quantum's end reaches its woken
+/// thread on the yielding CPU sooner, so the CPUs idle less. A yield with
+/// nothing else runnable returns at once (~1 µs: 0.1 % of the interval).
+/// `cargo xtask bench adaptive`, workload (a), measures the short queries'
+/// p99 with it (`static_short_p99_ms_cpu`, `adapt_short_p99_ms_cpu`).
 pub const CPU_YIELD_INTERVAL: Duration = Duration::from_millis(1);
 
 /// An acquired slot: held by one thread while it runs (ClickHouse's
@@ -74,7 +73,7 @@ impl AcquiredSlot {
     /// is exceeded by.
     ///
     /// Cheap: one `Relaxed` atomic load while nothing needs to yield; the
-    /// core mutex only while yields are wanted. Always false for
+    /// state mutex only while yields are wanted. Always false for
     /// non-competing and [`crate::GrantedAllocation`] slots (releasing them
     /// frees no budget) and for a parked slot.
     ///
@@ -114,7 +113,7 @@ impl AcquiredSlot {
     /// the previous current lease). While current, park it through
     /// [`crate::CpuLeaseParkGuard`] (or any blocking `slotring-throttle` wait).
     pub fn make_current(&mut self) -> CurrentLease<'_> {
-        install_throttle_lease_hook();
+        install_lease_hook();
         let state = std::mem::take(&mut self.state);
         let competing = state.competing;
         let ls = state.lease_state();

@@ -12,7 +12,7 @@ pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Lock a mutex, treating poisoning as harmless: every critical section in
-/// this crate leaves the core consistent before anything can panic (the only
+/// this crate leaves the scheduler state consistent before anything can panic (the only
 /// panics are internal-invariant assertions, after which nothing is trusted).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
@@ -25,8 +25,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///
 /// Memory ordering: the counters this is used on (`granted`,
 /// `noncompeting`) are pure counts; nothing else is published through them.
-/// Every increment happens inside the core mutex, and every unit taken is
-/// later returned inside the core mutex. Coherence of the single atomic
+/// Every increment happens inside the state mutex, and every unit taken is
+/// later returned inside the state mutex. Coherence of the single atomic
 /// location already forbids the return's critical section from preceding the
 /// grant's (the CAS reads the grant's write, so the grant cannot happen after
 /// it), so `Relaxed` suffices.

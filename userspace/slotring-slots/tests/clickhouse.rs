@@ -645,8 +645,8 @@ const WATCHDOG: Duration = Duration::from_secs(30);
 
 /// A blocked `acquire` whose allocation stops requesting (`set_max` shrinks
 /// it to what it already has) can never be served: it must wake and return
-/// `Exhausted`, under every scheduler (regression: it slept forever and
-/// `acquire_timeout` reported `Timeout`).
+/// `Exhausted`, under every scheduler (without that wake-up it sleeps
+/// forever and `acquire_timeout` reports `Timeout`).
 #[test]
 fn set_max_shrink_wakes_a_blocked_acquire_with_exhausted() {
     for s in Scheduler::ALL {
@@ -695,7 +695,7 @@ fn set_max_shrink_wakes_a_blocked_acquire_with_exhausted() {
 
 /// Two acquirers blocked on one allocation that wants one more slot: the
 /// grant that saturates it serves one and must wake the other with
-/// `Exhausted` (regression: `notify_one` left it asleep forever).
+/// `Exhausted` (a `notify_one` there leaves it asleep forever).
 #[test]
 fn saturating_grant_wakes_every_blocked_acquire() {
     for s in Scheduler::ALL {

@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use slotring_slots::{
     ConcurrencyControl, CpuLeaseParkGuard, LeaseState, Scheduler, SlotLease, SlotsCounters,
-    current_lease_state, install_throttle_lease_hook,
+    current_lease_state, install_lease_hook,
 };
 use slotring_throttle::{Clock, LeaseObserver, Throttle, Throttler, UNLIMITED_BLOCK};
 
@@ -44,7 +44,7 @@ static RECORDER: Recorder = Recorder;
 
 fn observed() -> Vec<LeaseState> {
     // The first caller installs it; later calls find it installed.
-    let _ = slotring_throttle::set_lease_observer(&RECORDER);
+    let _ = slotring_throttle::install_lease_observer(&RECORDER);
     SEEN.with(|s| std::mem::take(&mut *s.borrow_mut()))
 }
 
@@ -301,10 +301,7 @@ impl Clock for GateClock {
 #[test]
 fn a_blocking_throttler_wait_parks_the_current_lease() {
     let cc = cc(1, Scheduler::MaxMinFair);
-    assert!(
-        install_throttle_lease_hook(),
-        "our hook is the installed one"
-    );
+    assert!(install_lease_hook(), "our hook is the installed one");
     assert!(slotring_throttle::lease_hook_installed());
     let clock = Arc::new(GateClock::default());
     let throttler = Throttler::builder(1000)
@@ -367,9 +364,9 @@ fn a_blocking_throttler_wait_parks_the_current_lease() {
 
 /// Current-lease guards dropped out of order: each guard gives its own
 /// state back to its own slot, the observer always hears the state of the
-/// lease that is current, and every slot is released exactly once
-/// (regression: a guard popped whatever was on top of the stack, so `B`'s
-/// guard took `C`'s state and `A`'s drop released `B` while still current).
+/// lease that is current, and every slot is released exactly once (a guard
+/// that popped whatever is on top of the stack would give `B`'s guard `C`'s
+/// state, and `A`'s drop would release `B` while it is still current).
 #[test]
 fn current_leases_dropped_out_of_order_keep_their_own_state() {
     let _ = observed();

@@ -201,8 +201,8 @@ fn budget_change_races_park_and_waiter() {
 }
 
 /// A `set_max` shrink that ends the request races a blocked acquire: the
-/// acquirer is always woken and told `Exhausted` (regression: the shrink left
-/// the waiter list without waking it, a lost wake-up).
+/// acquirer is always woken and told `Exhausted` (a shrink that leaves the
+/// waiter list without waking it is a lost wake-up).
 #[test]
 fn set_max_shrink_wakes_blocked_acquire() {
     model(|| {
@@ -231,7 +231,7 @@ fn set_max_shrink_wakes_blocked_acquire() {
 
 /// Two acquirers block on an allocation that wants one more slot; the
 /// release that grants it races them. One gets the slot, the other is woken
-/// with `Exhausted` (regression: `notify_one` left it asleep forever).
+/// with `Exhausted` (a `notify_one` there leaves it asleep forever).
 #[test]
 fn saturating_grant_wakes_every_blocked_acquire() {
     model(|| {

@@ -131,7 +131,7 @@ pub(crate) fn thread_index() -> Option<usize> {
 }
 
 /// Add `amount` saturating; the new value. The one definition of a
-/// saturating statistic, also used for a tenant's (`fair.rs`).
+/// saturating statistic, also used for a tenant's (`tenant.rs`).
 ///
 /// A zero amount writes nothing. The common case is one `fetch_add`: while the value is below 2⁶³ and the
 /// amount below 2³², the adds in flight at any instant (at most one per

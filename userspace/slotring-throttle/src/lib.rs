@@ -33,34 +33,40 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod array;
+mod async_reserve;
 mod bucket;
+mod builder;
 mod clock;
 mod count;
 mod counters;
 mod error;
-mod fair;
+mod fair_gate;
+mod fair_queue;
 mod park;
 mod sync;
+mod tenant;
+mod throttle;
 mod throttler;
 mod wait;
 
+pub use array::{ThrottlerArray, add_throttler};
+pub use async_reserve::AsyncReserve;
 pub use bucket::{MAX_DEBT_NANO, MAX_RATE};
+pub use builder::ThrottlerBuilder;
 #[cfg(any(feature = "test-util", test, loom))]
 pub use clock::ManualClock;
 pub use clock::{ClampState, Clock, ClockSource, MonotonicClock, sleep_abs_monotonic};
 pub use counters::ThrottleCounters;
 pub use error::ThrottleError;
-pub use fair::{
-    DEFAULT_TAU, Dispatch, FairQueue, MAX_TAU, MAX_WEIGHT, Tenant, TenantScope, Ticket,
-};
+pub use fair_queue::{DEFAULT_TAU, FairQueue, MAX_TAU, QueueDispatch, QueueTicket};
 pub use park::{
-    LeaseHook, LeaseObserver, LeaseParked, LeaseState, install_lease_hook, lease_hook_installed,
-    notify_lease_state, park_current_lease, set_lease_observer,
+    LeaseHook, LeaseObserver, LeaseParked, LeaseState, install_lease_hook, install_lease_observer,
+    lease_hook_installed, notify_lease_state, park_current_lease,
 };
-pub use throttler::{
-    AsyncReserve, Reservation, Source, Throttle, ThrottlePtr, Throttler, ThrottlerArray,
-    ThrottlerBuilder, UNLIMITED_BLOCK, add_throttler,
-};
+pub use tenant::{MAX_WEIGHT, Tenant, TenantScope};
+pub use throttle::{Reservation, Source, Throttle, ThrottlePtr, UNLIMITED_BLOCK};
+pub use throttler::Throttler;
 pub use wait::{BlockingWait, WaitStrategy, default_wait, install_default_wait};
 
 /// Nano-tokens per token: [`Throttler::tokens_nano`] is in these units.

@@ -8,7 +8,7 @@
 
 use std::sync::OnceLock;
 
-use crate::fair::Tenant;
+use crate::tenant::Tenant;
 
 /// Parks and unparks *the calling thread's* CPU lease. Both calls never block.
 pub trait LeaseHook: Send + Sync + 'static {
@@ -107,7 +107,7 @@ static OBSERVER: OnceLock<&'static dyn LeaseObserver> = OnceLock::new();
 
 /// Install the process-wide lease observer. Returns `false` (and changes
 /// nothing) if one was already installed.
-pub fn set_lease_observer(observer: &'static dyn LeaseObserver) -> bool {
+pub fn install_lease_observer(observer: &'static dyn LeaseObserver) -> bool {
     OBSERVER.set(observer).is_ok()
 }
 

@@ -1,409 +1,46 @@
 //! [`Throttler`]: ClickHouse's `Throttler`, with an exact lock-free bucket.
 
 use std::any::Any;
-use std::fmt::Debug;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::async_reserve::AsyncReserve;
 use crate::bucket::{Bucket, BucketError, MAX_DEBT_NANO};
-use crate::clock::{ClampState, Clock, MonotonicClock};
+use crate::builder::{ThrottlerBuilder, map_cfg_err};
+use crate::clock::{ClampState, Clock};
 use crate::count::Count;
 use crate::counters::{Blocked, LiveCounters, ThrottleCounters};
 use crate::error::ThrottleError;
-use crate::fair::{DEFAULT_TAU, FairGate, Tenant, Turn, Waiter};
+use crate::fair_gate::{FairGate, Turn};
 use crate::sync::Ordering;
-use crate::wait::{BlockingWait, WaitStrategy, default_wait};
-
-/// "Block as long as the deficit requires" (ClickHouse's `unlimited_block_ns`).
-pub const UNLIMITED_BLOCK: Duration = Duration::MAX;
-
-/// A shared throttle (a [`Throttler`], a [`ThrottlerArray`], or your own).
-pub type ThrottlePtr = Arc<dyn Throttle>;
-
-/// The booked outcome of [`Throttle::reserve`]: charge now, wait later.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Reservation {
-    /// How long after the call the caller may proceed, in ns on the throttlers'
-    /// clocks: the sum of every level's wait, each level charged at the time
-    /// the previous level's wait ends.
-    pub delay_ns: u64,
-    /// Whether any level had to wait.
-    pub blocked: bool,
-}
-
-/// Where the bytes charged by [`Throttle::reserve`] came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Source {
-    /// Read from or written to the device (or possibly so): every throttler
-    /// charges them.
-    Device,
-    /// Copied from the OS page cache: a throttler that limits a block device
-    /// skips them (and counts them as page-cache bytes); its parents and
-    /// every other throttler charge them.
-    PageCache,
-}
-
-/// ClickHouse's `IThrottler`.
-pub trait Throttle: Send + Sync + Debug {
-    /// Charge `amount` tokens here and in every ancestor, waiting where a
-    /// bucket is in debt (at most `max_block` per level). Returns whether any
-    /// level waited.
-    fn throttle(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError>;
-
-    /// Charge `amount` tokens that were copied from the OS page cache: a
-    /// throttler that limits a block device skips them and passes them on to
-    /// its parent; every other throttler charges them as usual.
-    fn throttle_page_cache_read(
-        &self,
-        amount: u64,
-        max_block: Duration,
-    ) -> Result<bool, ThrottleError> {
-        self.throttle(amount, max_block)
-    }
-
-    /// Whether some throttler in this chain would skip page-cache reads
-    /// (so that detecting them is worth its cost).
-    fn ignores_page_cache_reads(&self) -> bool {
-        false
-    }
-
-    /// Charge like [`Throttle::throttle`] (or, for [`Source::PageCache`], like
-    /// [`Throttle::throttle_page_cache_read`]) but *do not wait*: return the
-    /// total delay instead. `after_ns` is the delay already booked by levels
-    /// below; this level is charged at `now + after_ns`, exactly as if the
-    /// caller had already waited that long. Waits are recorded in the
-    /// counters as booked.
-    ///
-    /// Without a current [`Tenant`] this never waits. With one, a
-    /// [`Throttler`] first takes the tenant's turn in its fair order (which
-    /// waits, CPU lease parked, only while other tenants' requests queue
-    /// there or its bookings run more than `τ` ahead), then books; the
-    /// returned delay runs from the return.
-    fn reserve(
-        &self,
-        amount: u64,
-        max_block: Duration,
-        after_ns: u64,
-        source: Source,
-    ) -> Result<Reservation, ThrottleError>;
-
-    /// `amount` tokens charged earlier as [`Source::Device`] turned out to
-    /// be copied from the OS page cache (a read found cached when its
-    /// throttle wait ended, brought in meanwhile by another reader): give
-    /// them back where a page-cache read is not charged. A throttler that
-    /// limits a block device returns them to its bucket (never past its
-    /// burst, so the bound "charged ≤ burst + rate·T + one request" holds
-    /// with refunds netted) and counts them as page-cache bytes (its
-    /// lifetime count, a monotonic counter, keeps the charge); its parents
-    /// and every other throttler keep them, as they would have charged a
-    /// page-cache read. Never fails and never waits. The default keeps
-    /// everything (a custom throttle that does not distinguish sources).
-    fn refund_page_cache_read(&self, amount: u64) {
-        let _ = amount;
-    }
-
-    /// [`Throttle::reserve`] without blocking, as the tenant `op` carries
-    /// (the *async turn*): poll until ready. Where this tenant must wait for
-    /// its fair turn at a level, the request queues there with
-    /// `cx.waker()` and the call returns `Pending`; it is woken when it may
-    /// go, except the head that waits only for time, which re-polls after
-    /// [`AsyncReserve::retry_after`]. Dropping `op` while it is queued hands
-    /// the turn on. Call it through [`AsyncReserve::poll`].
-    ///
-    /// The default (for throttles of your own) is one step that calls
-    /// [`Throttle::reserve`]: first-come, and it must not block.
-    fn poll_reserve(
-        &self,
-        cx: &mut Context<'_>,
-        op: &mut AsyncReserve,
-    ) -> Poll<Result<Reservation, ThrottleError>> {
-        let _ = cx;
-        if op.visit_level() {
-            match self.reserve(op.amount, op.max_block, op.acc.delay_ns, op.source) {
-                Ok(r) => op.level_done(r),
-                Err(e) => return Poll::Ready(Err(e)),
-            }
-        }
-        Poll::Ready(Ok(op.acc))
-    }
-
-    /// Call `f` on every [`Throttler`] in this chain (for statistics export).
-    fn visit(&self, f: &mut dyn FnMut(&Throttler));
-}
-
-/// A [`Throttle::reserve`] in the fair order that never blocks: the state of
-/// one request's async turn through a chain of throttlers. Build it with the
-/// request's tenant (carried explicitly: a task migrates between threads,
-/// so the thread's current tenant means nothing to it), poll it with
-/// [`AsyncReserve::poll`] until ready, then wait the returned delay (e.g. in
-/// a timeout SQE). Knows nothing of any runtime: a queued request is woken
-/// through its [`core::task::Waker`]; only the head of a queue that waits for
-/// the bookings to come within `τ` needs a timer, for
-/// [`AsyncReserve::retry_after`].
-///
-/// Dropping it while queued takes the request out of the order and wakes
-/// the next one: the levels already charged stay charged (their bookings
-/// happened), the level it queued at charges nothing.
-#[derive(Debug)]
-pub struct AsyncReserve {
-    tenant: Option<Tenant>,
-    amount: u64,
-    max_block: Duration,
-    source: Source,
-    /// The delay booked so far (from the last level's turn).
-    acc: Reservation,
-    /// Levels charged.
-    done: usize,
-    /// The level being visited in this poll.
-    cursor: usize,
-    /// The current level's place in its queue.
-    waiter: Waiter,
-    /// When the current level was first polled (its clock).
-    call_ns: Option<u64>,
-    retry_in_ns: Option<u64>,
-}
-
-impl AsyncReserve {
-    /// A reservation of `amount` tokens from `source`, as `tenant` (none:
-    /// first-come, exactly [`Throttle::reserve`] without a tenant), each
-    /// level waiting at most `max_block`, `after_ns` after levels booked
-    /// before.
-    pub fn new(
-        tenant: Option<Tenant>,
-        amount: u64,
-        max_block: Duration,
-        after_ns: u64,
-        source: Source,
-    ) -> Self {
-        Self {
-            tenant,
-            amount,
-            max_block,
-            source,
-            acc: Reservation {
-                delay_ns: after_ns,
-                blocked: false,
-            },
-            done: 0,
-            cursor: 0,
-            waiter: Waiter::default(),
-            call_ns: None,
-            retry_in_ns: None,
-        }
-    }
-
-    /// Poll the reservation on `throttle`. Ready with the total delay, which
-    /// runs from this return; `Pending` while a level's fair turn has not
-    /// come. Poll it on the same throttle until ready.
-    pub fn poll(
-        &mut self,
-        throttle: &dyn Throttle,
-        cx: &mut Context<'_>,
-    ) -> Poll<Result<Reservation, ThrottleError>> {
-        self.cursor = 0;
-        self.retry_in_ns = None;
-        throttle.poll_reserve(cx, self)
-    }
-
-    /// After a `Pending` poll: whether the request is the head of a queue
-    /// that waits only for time, and how long from that poll to re-poll
-    /// (nothing wakes it). `None`: it is woken when it may go.
-    pub fn retry_after(&self) -> Option<Duration> {
-        self.retry_in_ns.map(Duration::from_nanos)
-    }
-
-    /// The tenant.
-    pub fn tenant(&self) -> Option<&Tenant> {
-        self.tenant.as_ref()
-    }
-
-    /// Whether the level visited now is the one to charge (earlier levels
-    /// are done; later ones come after it). For [`Throttle::poll_reserve`]
-    /// implementations: call once per level, in the chain's order, and skip
-    /// the level when it returns `false`.
-    pub fn visit_level(&mut self) -> bool {
-        let me = self.cursor;
-        self.cursor += 1;
-        me == self.done
-    }
-
-    /// Record the level just visited as charged, with the reservation it
-    /// returned (its delay includes the levels before it).
-    pub fn level_done(&mut self, r: Reservation) {
-        self.acc = Reservation {
-            delay_ns: r.delay_ns,
-            blocked: self.acc.blocked || r.blocked,
-        };
-        self.next_level();
-    }
-
-    fn next_level(&mut self) {
-        self.done += 1;
-        self.call_ns = None;
-        debug_assert!(!self.waiter.is_queued());
-    }
-}
-
-/// Builder for [`Throttler`]; see [`Throttler::builder`].
-#[derive(Debug)]
-pub struct ThrottlerBuilder {
-    max_speed: u64,
-    parent: Option<ThrottlePtr>,
-    limit: u64,
-    limit_message: String,
-    burst: Duration,
-    block_device: bool,
-    clock: Option<Arc<dyn Clock>>,
-    wait: Option<Arc<dyn WaitStrategy>>,
-    name: String,
-    tau: Duration,
-    max_ops: u64,
-}
-
-impl ThrottlerBuilder {
-    /// Also limit operations: at most `ops` requests per second (0 = no
-    /// limit), with the same burst duration. Every charge at this level is
-    /// one operation; a request waits until both the bytes and the
-    /// operations bucket allow it (cgroup `io.max` riops, Firecracker's ops
-    /// bucket).
-    pub fn max_ops(mut self, ops: u64) -> Self {
-        self.max_ops = ops;
-        self
-    }
-
-    /// The catch-up bound `τ` for tenants returning from idle (default
-    /// [`DEFAULT_TAU`], at most [`crate::MAX_TAU`]); see [`Tenant`].
-    pub fn tau(mut self, tau: Duration) -> Self {
-        self.tau = tau;
-        self
-    }
-
-    /// Chain to `parent`: every charge here is also charged there.
-    pub fn parent(mut self, parent: ThrottlePtr) -> Self {
-        self.parent = Some(parent);
-        self
-    }
-
-    /// Fail with [`ThrottleError::LimitExceeded`] once the lifetime count
-    /// exceeds `limit` (0 = no limit); `message` starts the error text. The
-    /// count saturates at `u64::MAX`, which counts as exceeding any limit.
-    pub fn limit(mut self, limit: u64, message: impl Into<String>) -> Self {
-        self.limit = limit;
-        self.limit_message = message.into();
-        self
-    }
-
-    /// The burst as a duration of `max_speed` (default 1 s, ClickHouse's
-    /// `default_burst_seconds`). Kept as a duration so that
-    /// [`Throttler::set_max_speed`] scales it like ClickHouse does.
-    pub fn burst(mut self, burst: Duration) -> Self {
-        self.burst = burst;
-        self
-    }
-
-    /// Mark this throttler as a block-device limit: page-cache reads skip it.
-    pub fn limits_block_device_bandwidth(mut self, yes: bool) -> Self {
-        self.block_device = yes;
-        self
-    }
-
-    /// Use `clock` instead of the shared [`MonotonicClock`].
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = Some(clock);
-        self
-    }
-
-    /// Perform waits with `wait` instead of the default: the process-wide
-    /// [`default_wait`] for a throttler on the shared [`MonotonicClock`],
-    /// [`BlockingWait`] (which sleeps on the clock) for one with an injected
-    /// clock.
-    pub fn wait_strategy(mut self, wait: Arc<dyn WaitStrategy>) -> Self {
-        self.wait = Some(wait);
-        self
-    }
-
-    /// A name for errors and statistics.
-    pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.name = name.into();
-        self
-    }
-
-    /// Build the throttler with a full bucket.
-    pub fn build(self) -> Result<Throttler, ThrottleError> {
-        // An installed default wait knows only the real monotonic time; an
-        // injected clock is waited on by its own `sleep_until`.
-        let wait = match (self.wait, &self.clock) {
-            (Some(w), _) => w,
-            (None, None) => default_wait(),
-            (None, Some(_)) => Arc::new(BlockingWait),
-        };
-        let clock = self.clock.unwrap_or_else(MonotonicClock::shared);
-        let burst_ns = u64::try_from(self.burst.as_nanos()).unwrap_or(u64::MAX);
-        let bucket = Bucket::new(self.max_speed, burst_ns, clock.now_ns())
-            .map_err(|e| map_cfg_err(e, self.max_speed, burst_ns))?;
-        let ops = if self.max_ops > 0 {
-            Some(
-                Bucket::new(self.max_ops, burst_ns, clock.now_ns())
-                    .map_err(|e| map_cfg_err(e, self.max_ops, burst_ns))?,
-            )
-        } else {
-            None
-        };
-        Ok(Throttler {
-            attachments: std::sync::Mutex::new(Vec::new()),
-            ops,
-            gate: FairGate::new(self.tau)?,
-            clamp: (!clock.never_steps_back()).then(ClampState::new),
-            bucket,
-            count: Count::new(self.limit != 0),
-            live: LiveCounters::default(),
-            limit: self.limit,
-            limit_message: self.limit_message,
-            parent: self.parent,
-            block_device: self.block_device,
-            clock,
-            wait,
-            name: self.name,
-        })
-    }
-}
-
-fn map_cfg_err(e: BucketError, rate: u64, burst_ns: u64) -> ThrottleError {
-    match e {
-        BucketError::RateTooLarge => ThrottleError::RateTooLarge {
-            rate,
-            max: crate::bucket::MAX_RATE,
-        },
-        BucketError::BurstTooLarge | BucketError::Debt(_) => {
-            ThrottleError::BurstTooLarge { burst_ns, rate }
-        }
-    }
-}
+use crate::tenant::Tenant;
+use crate::throttle::{Reservation, Source, Throttle, ThrottlePtr};
+use crate::wait::WaitStrategy;
 
 /// A token bucket with a one-second burst, a parent chain, a lifetime limit
 /// and page-cache awareness. See the crate docs.
 #[derive(Debug)]
 pub struct Throttler {
-    bucket: Bucket,
+    pub(crate) bucket: Bucket,
     /// The lifetime count (exact when `limit` reads it, else striped).
-    count: Count,
-    live: LiveCounters,
-    limit: u64,
-    limit_message: String,
-    parent: Option<ThrottlePtr>,
-    block_device: bool,
-    clock: Arc<dyn Clock>,
+    pub(crate) count: Count,
+    pub(crate) live: LiveCounters,
+    pub(crate) limit: u64,
+    pub(crate) limit_message: String,
+    pub(crate) parent: Option<ThrottlePtr>,
+    pub(crate) block_device: bool,
+    pub(crate) clock: Arc<dyn Clock>,
     /// Present when the clock may step back: readings are clamped to the max.
-    clamp: Option<ClampState>,
-    wait: Arc<dyn WaitStrategy>,
-    name: String,
-    /// The fair order among waiting tenants (see the `fair` module).
-    gate: FairGate,
+    pub(crate) clamp: Option<ClampState>,
+    pub(crate) wait: Arc<dyn WaitStrategy>,
+    pub(crate) name: String,
+    /// The fair order among waiting tenants (see the `fair_gate` module).
+    pub(crate) gate: FairGate,
     /// The operations bucket (one token per charge), if limited.
-    ops: Option<Bucket>,
+    pub(crate) ops: Option<Bucket>,
     /// State other layers keep per throttler ([`Throttler::attachment`]).
-    attachments: std::sync::Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
+    pub(crate) attachments: std::sync::Mutex<Vec<Arc<dyn Any + Send + Sync>>>,
 }
 
 /// What one level decided, before any waiting.
@@ -429,19 +66,7 @@ impl Throttler {
 
     /// Start building a throttler of `max_speed` tokens/s (0 = unlimited).
     pub fn builder(max_speed: u64) -> ThrottlerBuilder {
-        ThrottlerBuilder {
-            max_speed,
-            parent: None,
-            limit: 0,
-            limit_message: String::from("Limit exceeded."),
-            burst: Duration::from_secs(1),
-            block_device: false,
-            clock: None,
-            wait: None,
-            name: String::from("throttler"),
-            tau: DEFAULT_TAU,
-            max_ops: 0,
-        }
+        ThrottlerBuilder::new(max_speed)
     }
 
     /// The throttler's name.
@@ -654,7 +279,7 @@ impl Throttler {
     }
 
     /// ClickHouse's `throttle`: charge here at once, wait for this level's
-    /// deficit, then the parent (today's path, without a tenant).
+    /// deficit, then the parent (the first-come path, without a tenant).
     fn throttle_first_come(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
         let now = self.now();
         let d = self.charge_level(amount, max_block, now)?;
@@ -995,108 +620,5 @@ impl Throttle for Throttler {
         if let Some(p) = &self.parent {
             p.visit(f);
         }
-    }
-}
-
-/// Unrelated limits that must all hold (ClickHouse's `ThrottlerArray`).
-/// Each member is charged in turn and waits for its own deficit, so each
-/// keeps its own rate (waits add up, as in ClickHouse).
-#[derive(Debug, Clone)]
-pub struct ThrottlerArray {
-    members: Vec<ThrottlePtr>,
-}
-
-impl ThrottlerArray {
-    /// An array of `members`.
-    pub fn new(members: Vec<ThrottlePtr>) -> Self {
-        Self { members }
-    }
-
-    /// The members.
-    pub fn members(&self) -> &[ThrottlePtr] {
-        &self.members
-    }
-}
-
-impl Throttle for ThrottlerArray {
-    fn throttle(&self, amount: u64, max_block: Duration) -> Result<bool, ThrottleError> {
-        let mut result = false;
-        for t in &self.members {
-            result |= t.throttle(amount, max_block)?;
-        }
-        Ok(result)
-    }
-
-    fn throttle_page_cache_read(
-        &self,
-        amount: u64,
-        max_block: Duration,
-    ) -> Result<bool, ThrottleError> {
-        let mut result = false;
-        for t in &self.members {
-            result |= t.throttle_page_cache_read(amount, max_block)?;
-        }
-        Ok(result)
-    }
-
-    fn ignores_page_cache_reads(&self) -> bool {
-        self.members.iter().any(|t| t.ignores_page_cache_reads())
-    }
-
-    fn reserve(
-        &self,
-        amount: u64,
-        max_block: Duration,
-        after_ns: u64,
-        source: Source,
-    ) -> Result<Reservation, ThrottleError> {
-        let mut acc = Reservation {
-            delay_ns: after_ns,
-            blocked: false,
-        };
-        for t in &self.members {
-            let r = t.reserve(amount, max_block, acc.delay_ns, source)?;
-            acc = Reservation {
-                delay_ns: r.delay_ns,
-                blocked: acc.blocked || r.blocked,
-            };
-        }
-        Ok(acc)
-    }
-
-    fn refund_page_cache_read(&self, amount: u64) {
-        for t in &self.members {
-            t.refund_page_cache_read(amount);
-        }
-    }
-
-    fn poll_reserve(
-        &self,
-        cx: &mut Context<'_>,
-        op: &mut AsyncReserve,
-    ) -> Poll<Result<Reservation, ThrottleError>> {
-        for t in &self.members {
-            match t.poll_reserve(cx, op) {
-                Poll::Ready(Ok(_)) => {}
-                other => return other,
-            }
-        }
-        Poll::Ready(Ok(op.acc))
-    }
-
-    fn visit(&self, f: &mut dyn FnMut(&Throttler)) {
-        for t in &self.members {
-            t.visit(f);
-        }
-    }
-}
-
-/// Add `new` to `existing`, combining them into a [`ThrottlerArray`] if both
-/// exist (ClickHouse's `addThrottler`). Neither throttler's hierarchy changes.
-pub fn add_throttler(existing: &mut Option<ThrottlePtr>, new: Option<ThrottlePtr>) {
-    match (existing.take(), new) {
-        (None, n) => *existing = n,
-        (Some(e), None) => *existing = Some(e),
-        (Some(e), Some(n)) => *existing = Some(Arc::new(ThrottlerArray::new(vec![e, n]))),
     }
 }

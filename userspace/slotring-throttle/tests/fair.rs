@@ -23,7 +23,7 @@ struct Sim {
     throttler: Throttler,
     queue: FairQueue,
     /// ticket → (tenant, cost)
-    owner: HashMap<slotring_throttle::Ticket, (Tenant, u64)>,
+    owner: HashMap<slotring_throttle::QueueTicket, (Tenant, u64)>,
     bytes: HashMap<u64, u64>,
 }
 
@@ -444,7 +444,7 @@ fn a_released_queue_lets_every_waiter_charge_at_once() {
 }
 
 #[test]
-fn without_a_tenant_waits_are_todays_to_the_nanosecond() {
+fn without_a_tenant_waits_are_first_come_to_the_nanosecond() {
     let c1 = Arc::new(ManualClock::new(T0));
     let c2 = Arc::new(ManualClock::new(T0));
     let plain = Throttler::builder(3).clock(c1.clone()).build().unwrap();

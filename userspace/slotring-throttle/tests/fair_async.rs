@@ -181,7 +181,7 @@ fn sixteen_streams_against_one_share_equally_through_the_async_turn() {
 
 #[test]
 fn the_same_streams_without_tenants_are_first_come() {
-    // The baseline: no tenant on the async reservation, today's arithmetic.
+    // The baseline: no tenant on the async reservation, first-come arithmetic.
     let clock = Arc::new(ManualClock::new(T0));
     let t: ThrottlePtr = disk(&clock, 16 * MIB);
     let a = Tenant::new("a", 1).unwrap();

@@ -13,7 +13,7 @@
 //!   stats in pinned BPF maps).
 //! * [`snapshot`] (with `slots` and `uring`): plain snapshots of every
 //!   counter, what metrics and reports are built from.
-//! * [`install_defaults`] (with `uring`): throttle waits on a per-thread
+//! * [`install_ring_wait`] (with `uring`): throttle waits on a per-thread
 //!   io_uring ring where io_uring is available.
 //! * [`pinned`] (with `bpf`): read the pinned maps of any process that
 //!   embeds slotring with probes.
@@ -81,7 +81,8 @@ pub use slotring_uring as uring;
 #[cfg(feature = "prometheus")]
 pub mod metrics;
 
-/// Install slotring's process-wide defaults; call once at start-up, before
+/// Install the ring-timeout wait ([`uring::RingWait`]) as the process-wide
+/// default wait of `slotring-throttle`; call once at start-up, before
 /// building throttlers. Throttle waits that do not go through an engine (a
 /// plain [`throttle::Throttle::throttle`], e.g. on network bytes) then wait
 /// on a per-thread io_uring ring ([`uring::RingWait`]: `io_uring_enter`'s
@@ -93,7 +94,7 @@ pub mod metrics;
 /// Returns why not, where io_uring is unavailable (the waits keep
 /// `clock_nanosleep`; say it once). Installing twice changes nothing.
 #[cfg(feature = "uring")]
-pub fn install_defaults() -> Option<uring::UringError> {
+pub fn install_ring_wait() -> Option<uring::UringError> {
     match uring::RingWait::new() {
         Ok(w) => {
             throttle::install_default_wait(std::sync::Arc::new(w));

@@ -26,6 +26,9 @@ use slotring_uring::UringCounters;
 
 use crate::snapshot::{HIST_BUCKETS, KernelSnapshot, NamedThrottler, Snapshot};
 
+/// CLOCK_MONOTONIC in ns, the clock of the lease slots (`slotring-bpf`'s,
+/// the one definition).
+pub use slotring_bpf::monotonic_ns;
 pub use slotring_bpf::pins::Liveness;
 
 /// The default pin root of `slotring-bpf` (instances pin in directories
@@ -429,11 +432,6 @@ pub fn kernel_from_threads(
         k.missed_events += t.acct.missed_switch_in + t.acct.missed_switch_out;
     }
     k
-}
-
-/// CLOCK_MONOTONIC in ns (the clock of the lease slots).
-pub fn monotonic_ns() -> u64 {
-    slotring_bpf::monotonic_ns()
 }
 
 #[cfg(test)]

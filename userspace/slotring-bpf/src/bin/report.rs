@@ -44,7 +44,7 @@ fn main() -> Result<()> {
             println!("probes: degraded: {}", causes.join(": "));
         }
     }
-    slotring_bpf::install_observer();
+    slotring_bpf::install_lease_observer();
 
     let stats = SlotsCounters {
         slots_granted: 3,

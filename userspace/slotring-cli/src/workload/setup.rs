@@ -382,7 +382,7 @@ pub(super) fn probes(cfg: &RunConfig) -> (Option<SlotringBpf>, Option<crate::abo
         );
     }
     let abort = abort_unpins(&b, cfg, pin_dir_existed);
-    slotring::bpf::install_observer();
+    slotring::bpf::install_lease_observer();
     (Some(b), abort)
 }
 

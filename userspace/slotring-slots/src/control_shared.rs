@@ -1,34 +1,35 @@
-//! The shared core handle and a held slot's claim on it.
+//! [`ControlShared`], the handle on a control's scheduler state, and a held
+//! slot's claim on it.
 //!
-//! [`Shared`] is what a control, its allocations and their slots all point
-//! to: the mutex-protected [`Core`] and the statistics that the lock-free
+//! [`ControlShared`] is what a control, its allocations and their slots all point
+//! to: the mutex-protected [`SchedulerState`] and the statistics that the lock-free
 //! `try_acquire` bumps. [`SlotState`] is the accounting half of an acquired
 //! slot: whether it counts against the budget and whether it is parked; it
-//! parks and unparks through the core and releases the slot when dropped.
+//! parks and unparks through the scheduler state and releases the slot when dropped.
 //! Both sit below the lease machinery (`lease.rs`) and the slot type
 //! (`slot.rs`), which only move a `SlotState` around.
 
 use slotring_throttle::LeaseState;
 
-use crate::core::{AllocShared, Core};
+use crate::scheduler_state::{AllocShared, SchedulerState};
 use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering, lock};
 
 /// State shared by a control, its allocations and their slots.
 #[derive(Debug)]
-pub(crate) struct Shared {
-    pub(crate) core: Mutex<Core>,
+pub(crate) struct ControlShared {
+    pub(crate) state: Mutex<SchedulerState>,
     /// Statistics bumped by lock-free `try_acquire` (`Relaxed`: independent counts).
     pub(crate) slots_acquired: AtomicU64,
     pub(crate) slots_acquired_nc: AtomicU64,
-    /// The core's `yield_needed` (the same atomic): yields still wanted.
+    /// The scheduler state's `yield_needed` (the same atomic): yields still wanted.
     /// `should_yield`'s fast path is one `Relaxed` load of it (see
     /// `AcquiredSlot::should_yield` for why `Relaxed` suffices).
     pub(crate) yield_needed: Arc<AtomicU64>,
 }
 
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Core> {
-        lock(&self.core)
+impl ControlShared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SchedulerState> {
+        lock(&self.state)
     }
 }
 
@@ -38,7 +39,7 @@ impl Shared {
 /// state sits on the thread's lease stack.
 #[derive(Debug)]
 pub(crate) struct Yielder {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<ControlShared>,
     pub(crate) alloc: Arc<AllocShared>,
 }
 
@@ -55,7 +56,7 @@ impl Yielder {
 /// The accounting half of an acquired slot.
 #[derive(Debug, Default)]
 pub(crate) struct SlotState {
-    pub(crate) shared: Option<Arc<Shared>>,
+    pub(crate) shared: Option<Arc<ControlShared>>,
     /// The allocation it was granted to (competing slots): its holdings
     /// and owed yields are kept up to date by park, unpark and release.
     pub(crate) alloc: Option<Arc<AllocShared>>,
@@ -68,7 +69,7 @@ pub(crate) struct SlotState {
 
 impl SlotState {
     pub(crate) fn new(
-        shared: Option<Arc<Shared>>,
+        shared: Option<Arc<ControlShared>>,
         alloc: Option<Arc<AllocShared>>,
         competing: bool,
     ) -> Self {

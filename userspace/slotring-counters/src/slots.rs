@@ -1,15 +1,16 @@
-//! The counters snapshot, defined by one field list
-//! ([`slotring_counters::counter_set!`]).
+//! The CPU slot budget's statistics: [`SlotsCounters`] (re-exported as
+//! `slotring_slots::SlotsCounters`) and the adaptive budget loop's
+//! [`AdaptiveCounters`] (`slotring_slots::AdaptiveCounters`).
 
 /// `max_concurrency` when the budget is unlimited (and `fair_share()` then).
 pub const UNLIMITED: u64 = u64::MAX;
 
-slotring_counters::counter_set! {
-    /// A snapshot of a [`crate::ConcurrencyControl`]'s counters and gauges.
+crate::counter_set! {
+    /// A snapshot of a `slotring_slots::ConcurrencyControl`'s counters and gauges.
     ///
     /// Plain `u64`s in C layout (later exported through BPF maps). Counters are
     /// monotonic over the control's life; gauges are current values. The
-    /// snapshot is taken under the core mutex, so every field except
+    /// snapshot is taken under the state mutex, so every field except
     /// `slots_acquired` / `slots_acquired_non_competing` (lock-free, `Relaxed`)
     /// is one consistent cut.
     pub struct SlotsCounters, prefix = "slotring_slots" {
@@ -48,7 +49,7 @@ slotring_counters::counter_set! {
     }
 }
 
-slotring_counters::counter_set! {
+crate::counter_set! {
     /// The adaptive budget loop's state and the controller's inputs (kept by
     /// whoever runs the loop, e.g. `slotring_bpf::AdaptiveBudget`; plain
     /// numbers). The effective budget itself is

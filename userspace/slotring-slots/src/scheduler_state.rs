@@ -1,9 +1,10 @@
-//! The core: one mutex-protected state shared by all three schedulers.
+//! [`SchedulerState`]: the slot budget's one mutex-protected state, shared
+//! by all three schedulers.
 //!
 //! Everything that touches the budget (`cur`, `max`, `borrowed`), the waiter
-//! lists and the per-allocation bookkeeping runs inside [`Core`]'s methods,
-//! called with the mutex held. Only two things live outside the mutex:
-//! the per-allocation `granted` / `noncompeting` counts that `try_acquire`
+//! lists and the per-allocation bookkeeping runs inside [`SchedulerState`]'s
+//! methods, called with the mutex held. Only two things live outside the
+//! mutex: the per-allocation `granted` / `noncompeting` counts that `try_acquire`
 //! takes lock-free (see [`crate::sync::take_one`] for their memory ordering),
 //! and the two `slots_acquired*` statistics.
 //!
@@ -16,13 +17,13 @@
 //! * max-min fair: an ordered set of `(allocated, sequence, id)`; a grant
 //!   removes the first entry and re-inserts it with `allocated + 1`.
 //!
-//! No stranded waiters: [`Core::schedule`] runs all three schedulers on every
-//! call (the active one last) and each loops until its list is empty or the
-//! budget is full. Hence after every operation: `cur < max` ⇒ no waiter in
+//! No stranded waiters: [`SchedulerState::schedule`] runs all three
+//! schedulers on every call (the active one last) and each loops until its
+//! list is empty or the budget is full. Hence after every operation: `cur < max` ⇒ no waiter in
 //! any list, whichever scheduler each waiter was created under.
 //!
 //! Wake-ups: a blocking `acquire` waits on its allocation's condvar with the
-//! core mutex (counted in `blocked`), so a notify under the mutex is never
+//! state mutex (counted in `blocked`), so a notify under the mutex is never
 //! lost. It is notified whenever its answer can change: a grant while the
 //! allocation still wants more (`notify_one`: one slot, one taker); the last
 //! grant, a `set_max` shrink that ends the request, and `free`
@@ -78,13 +79,13 @@
 use std::collections::BTreeSet;
 
 use crate::SlotsError;
-use crate::counters::{SlotsCounters, UNLIMITED};
 use crate::scheduler::Scheduler;
 use crate::sync::{Arc, AtomicU64, Condvar, Ordering};
+use crate::{SlotsCounters, UNLIMITED};
 
 const NIL: u32 = u32::MAX;
 
-/// The part of an allocation that `try_acquire` reads without the core mutex.
+/// The part of an allocation that `try_acquire` reads without the state mutex.
 #[derive(Debug)]
 pub(crate) struct AllocShared {
     /// Granted competing slots not yet acquired.
@@ -93,12 +94,12 @@ pub(crate) struct AllocShared {
     pub(crate) noncompeting: AtomicU64,
     /// The next `slot_id`.
     pub(crate) next_slot_id: AtomicU64,
-    /// Blocking `acquire` waits here, on the core mutex.
+    /// Blocking `acquire` waits here, on the state mutex.
     pub(crate) cv: Condvar,
     /// Its slab id (valid while the slab entry holds this `AllocShared`).
     id: u32,
     /// Competing slots it holds now: granted-unacquired plus acquired and
-    /// not parked (changed only under the core mutex).
+    /// not parked (changed only under the state mutex).
     pub(crate) held: AtomicU64,
     /// Yields promised by `should_yield` and not yet made (under the mutex).
     pub(crate) owed: AtomicU64,
@@ -137,9 +138,10 @@ struct AllocState {
     shared: Arc<AllocShared>,
 }
 
-/// A circular list's cursor (the next allocation to serve) and length.
+/// A circular waiter list (round robin, fair round robin): its cursor (the
+/// next allocation to serve) and length; the links live in the slab.
 #[derive(Debug, Default)]
-struct Ring {
+struct CircularWaiters {
     cursor: Option<u32>,
     len: usize,
 }
@@ -159,7 +161,7 @@ pub(crate) struct Stats {
 
 /// The state behind the mutex.
 #[derive(Debug)]
-pub(crate) struct Core {
+pub(crate) struct SchedulerState {
     pub(crate) max: u64,
     pub(crate) cur: u64,
     pub(crate) borrowed: u64,
@@ -167,7 +169,7 @@ pub(crate) struct Core {
     pub(crate) waiters: u64,
     pub(crate) parked: u64,
     /// The effective budget set by the adaptive controller ([`UNLIMITED`]:
-    /// static). Scheduling obeys `min(max, cap)` ([`Core::limit`]).
+    /// static). Scheduling obeys `min(max, cap)` ([`SchedulerState::limit`]).
     pub(crate) cap: u64,
     /// Allocations holding at least one competing slot (`held > 0`).
     holders: u64,
@@ -180,18 +182,18 @@ pub(crate) struct Core {
     pub(crate) stats: Stats,
     slab: Vec<Option<AllocState>>,
     free_ids: Vec<u32>,
-    rings: [Ring; 2],
+    circular: [CircularWaiters; 2],
     mmf: BTreeSet<(u64, u64, u32)>,
     next_seq: u64,
 }
 
-impl Default for Core {
+impl Default for SchedulerState {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Core {
+impl SchedulerState {
     pub(crate) fn new() -> Self {
         Self {
             max: UNLIMITED,
@@ -208,7 +210,7 @@ impl Core {
             stats: Stats::default(),
             slab: Vec::new(),
             free_ids: Vec::new(),
-            rings: [Ring::default(), Ring::default()],
+            circular: [CircularWaiters::default(), CircularWaiters::default()],
             mmf: BTreeSet::new(),
             next_seq: 0,
         }
@@ -253,13 +255,13 @@ impl Core {
 
     // ---- waiter lists --------------------------------------------------
 
-    fn ring_insert(&mut self, r: usize, id: u32) {
-        match self.rings[r].cursor {
+    fn circular_insert(&mut self, r: usize, id: u32) {
+        match self.circular[r].cursor {
             None => {
                 let st = self.st_mut(id);
                 st.prev = id;
                 st.next = id;
-                self.rings[r].cursor = Some(id);
+                self.circular[r].cursor = Some(id);
             }
             Some(c) => {
                 let p = self.st(c).prev;
@@ -270,27 +272,27 @@ impl Core {
                 st.next = c;
             }
         }
-        self.rings[r].len += 1;
+        self.circular[r].len += 1;
     }
 
-    fn ring_remove(&mut self, r: usize, id: u32) {
+    fn circular_remove(&mut self, r: usize, id: u32) {
         let (p, n) = {
             let st = self.st(id);
             (st.prev, st.next)
         };
-        if self.rings[r].len == 1 {
-            self.rings[r].cursor = None;
+        if self.circular[r].len == 1 {
+            self.circular[r].cursor = None;
         } else {
             self.st_mut(p).next = n;
             self.st_mut(n).prev = p;
-            if self.rings[r].cursor == Some(id) {
-                self.rings[r].cursor = Some(n);
+            if self.circular[r].cursor == Some(id) {
+                self.circular[r].cursor = Some(n);
             }
         }
         let st = self.st_mut(id);
         st.prev = NIL;
         st.next = NIL;
-        self.rings[r].len -= 1;
+        self.circular[r].len -= 1;
     }
 
     fn add_waiter(&mut self, id: u32) {
@@ -304,7 +306,7 @@ impl Core {
             Scheduler::MaxMinFair => {
                 self.mmf.insert(key);
             }
-            k => self.ring_insert(k.index(), id),
+            k => self.circular_insert(k.index(), id),
         }
         self.waiters += 1;
     }
@@ -321,7 +323,7 @@ impl Core {
                 let removed = self.mmf.remove(&key);
                 debug_assert!(removed);
             }
-            k => self.ring_remove(k.index(), id),
+            k => self.circular_remove(k.index(), id),
         }
         self.waiters -= 1;
     }
@@ -396,14 +398,14 @@ impl Core {
             k => {
                 let r = k.index();
                 while self.cur < self.limit() {
-                    let Some(id) = self.rings[r].cursor else {
+                    let Some(id) = self.circular[r].cursor else {
                         break;
                     };
                     self.cur += 1;
                     if self.grant(id) {
-                        self.rings[r].cursor = Some(self.st(id).next);
+                        self.circular[r].cursor = Some(self.st(id).next);
                     } else {
-                        self.ring_remove(r, id);
+                        self.circular_remove(r, id);
                         self.st_mut(id).in_waiters = false;
                         self.waiters -= 1;
                     }
