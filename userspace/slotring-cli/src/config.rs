@@ -57,6 +57,24 @@ pub enum ConfigError {
         /// The error.
         source: std::io::Error,
     },
+    /// The config file is not a regular file (a device, a FIFO, …).
+    #[error("config file {path} is {kind}, not a regular file")]
+    NotAFile {
+        /// The file.
+        path: PathBuf,
+        /// What it is.
+        kind: &'static str,
+    },
+    /// The config file is larger than [`MAX_CONFIG_BYTES`].
+    #[error(
+        "config file {path} has {len} bytes, more than the {MAX_CONFIG_BYTES} a config file may have"
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Its size (at least, when it grew while read).
+        len: u64,
+    },
     /// The TOML file is not TOML.
     #[error("parsing config file {path}")]
     Parse {
@@ -145,24 +163,38 @@ pub fn check_listen(addr: Option<SocketAddr>, allow_remote: bool) -> Result<(), 
     }
 }
 
-/// Check, before the run, that the plot can be written at `path`: its
-/// directory exists and is writable, and the path is not a directory or a
-/// file this user cannot write.
+/// Check, before the run, that the plot can be written at `path` by
+/// trying: an existing file is opened for writing (not truncated, nor
+/// written), and a missing one is created and removed again, so a
+/// directory where no file can be made (`/proc`, a read-only mount, one
+/// without permission) is refused now rather than after the run. A
+/// directory or anything but a regular file is refused too.
 pub fn check_plot_path(path: &Path) -> Result<(), ConfigError> {
-    use nix::unistd::{AccessFlags, access};
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let fail = |source: std::io::Error| ConfigError::Plot {
         path: path.to_owned(),
         source,
     };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    access(dir, AccessFlags::W_OK | AccessFlags::X_OK).map_err(|e| fail(e.into()))?;
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => Err(fail(std::io::ErrorKind::IsADirectory.into())),
-        Ok(_) => access(path, AccessFlags::W_OK).map_err(|e| fail(e.into())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Ok(m) if !m.is_file() => Err(fail(std::io::ErrorKind::InvalidInput.into())),
+        Ok(_) => OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+            .map(drop)
+            .map_err(fail),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+                .map_err(fail)?;
+            std::fs::remove_file(path).map_err(fail)
+        }
         Err(e) => Err(fail(e)),
     }
 }
@@ -369,12 +401,54 @@ pub struct ConfigFile {
     table: toml::Table,
 }
 
+/// The largest config file read (a settings file is a few hundred bytes).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 impl ConfigFile {
-    /// Read and check `path`.
+    /// Read and check `path`: a regular file (opened without blocking, so a
+    /// FIFO or a device is refused rather than waited on or read forever)
+    /// of at most [`MAX_CONFIG_BYTES`], in UTF-8.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        use std::io::Read as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let failed = |source| ConfigError::Read {
             path: path.to_owned(),
             source,
+        };
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(failed)?;
+        let meta = f.metadata().map_err(failed)?;
+        if !meta.is_file() {
+            return Err(ConfigError::NotAFile {
+                path: path.to_owned(),
+                kind: file_kind(&meta),
+            });
+        }
+        if meta.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                path: path.to_owned(),
+                len: meta.len(),
+            });
+        }
+        // The limit holds even for a file that grows while it is read.
+        let mut bytes = Vec::new();
+        f.take(MAX_CONFIG_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(failed)?;
+        if bytes.len() as u64 > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                path: path.to_owned(),
+                len: bytes.len() as u64,
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|e| {
+            failed(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                e.utf8_error(),
+            ))
         })?;
         Self::parse(&text, path)
     }
@@ -408,6 +482,25 @@ impl ConfigFile {
             toml::Value::Boolean(b) => b.to_string(),
             other => other.to_string(),
         })
+    }
+}
+
+/// What kind of file `meta` describes, for an error.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt as _;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
     }
 }
 
@@ -491,8 +584,9 @@ fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error>
 
 // The value parsers. Each trims its input and says what it expected.
 
-const BYTES_S: Expected =
-    Expected("bytes per second below 64TiB, e.g. 64MiB or 50000000 (0 = unlimited)");
+const BYTES_S: Expected = Expected(
+    "a whole number of bytes per second below 64TiB, e.g. 64MiB, 1.5KiB or 50000000 (0 = unlimited)",
+);
 const DUR: Expected = Expected("a duration, e.g. 10s, 500ms, 1.5s");
 
 /// Bytes per second (0 = unlimited).
@@ -645,12 +739,13 @@ pub fn listen(s: &str) -> Result<Option<SocketAddr>, Expected> {
     }
 }
 
-/// A non-empty directory.
+/// An absolute directory (a pin root is opened from `/` down, one
+/// component at a time, with no symbolic link followed).
 pub fn pin_dir(s: &str) -> Result<PathBuf, Expected> {
     let s = s.trim();
-    (!s.is_empty())
-        .then(|| PathBuf::from(s))
-        .ok_or(Expected("a directory"))
+    Some(PathBuf::from(s))
+        .filter(|p| p.is_absolute())
+        .ok_or(Expected("an absolute directory, e.g. /sys/fs/bpf/slotring"))
 }
 
 /// A socket address (`slotring exporter --listen`).
@@ -659,7 +754,14 @@ pub fn socket_addr(s: &str) -> Result<SocketAddr, Expected> {
         .map_err(|_| Expected("an address like 127.0.0.1:9464"))
 }
 
-/// A positive duration (`--interval`, `--window`).
+/// `verify --window`: 1ms to 1h (its longest, as `run --duration`'s).
+pub fn verify_window(s: &str) -> Result<Duration, Expected> {
+    parse_duration(s.trim())
+        .filter(|d| *d >= Duration::from_millis(1) && *d <= crate::watch::MAX_WINDOW)
+        .ok_or(Expected("a duration between 1ms and 1h, e.g. 10s"))
+}
+
+/// A positive duration (`stats --interval`).
 pub fn positive_duration(s: &str) -> Result<Duration, Expected> {
     parse_duration(s)
         .filter(|d| !d.is_zero())
@@ -687,7 +789,9 @@ pub fn svg_path(s: &str) -> Result<PathBuf, Expected> {
 }
 
 /// `64MiB`, `1G`, `4096`, `1.5GB` → bytes. Binary (`KiB`, `K`) and decimal
-/// (`KB`) suffixes; case-insensitive.
+/// (`KB`) suffixes; case-insensitive. A fraction must come to a whole
+/// number of bytes (`1.5KiB` is 1536; `1.5` and `0.3KiB` are refused, not
+/// rounded).
 pub fn parse_bytes(s: &str) -> Option<u64> {
     let s = s.trim().replace('_', "");
     let split = s
@@ -714,7 +818,7 @@ pub fn parse_bytes(s: &str) -> Option<u64> {
     }
     let f: f64 = num.parse().ok()?;
     let v = f * mult as f64;
-    (v.is_finite() && v >= 0.0 && v < u64::MAX as f64).then_some(v.round() as u64)
+    (v.is_finite() && v >= 0.0 && v < u64::MAX as f64 && v.fract() == 0.0).then_some(v as u64)
 }
 
 /// `10s`, `500ms`, `1.5s`, `2m`, `100us`, `0` → a duration.

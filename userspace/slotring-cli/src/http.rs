@@ -3,8 +3,9 @@
 //! `GET /metrics` (and `HEAD`: the same headers, no body) serves the text
 //! exposition format, `GET /` a pointer to it, other paths 404, other
 //! methods 405 with `Allow: GET, HEAD`. One request per connection
-//! (`Connection: close`, as Prometheus is happy with). By default only
-//! loopback addresses are accepted.
+//! (`Connection: close`, as Prometheus is happy with); a client that
+//! half-closes its side after the request still gets the whole response.
+//! By default only loopback addresses are accepted.
 //!
 //! A client cannot hold the server, the process or its memory:
 //!
@@ -245,6 +246,11 @@ async fn connection(
         .header_read_timeout(HEAD_TIMEOUT)
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(false)
+        // A client that half-closes after its request (`nc -N`, simple
+        // health checks) still gets its answer: hyper would otherwise
+        // take the read side's EOF for the end of the connection and drop
+        // a response still being rendered.
+        .half_close(true)
         .serve_connection(TokioIo::new(stream), service);
     let mut conn = std::pin::pin!(conn);
     let deadline = tokio::time::Instant::now() + CONNECTION_DEADLINE;

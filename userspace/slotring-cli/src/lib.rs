@@ -14,6 +14,7 @@ pub mod plot;
 pub mod report;
 pub mod stats;
 pub mod verify;
+pub mod watch;
 pub mod workload;
 
 /// `e` and its causes (`source()` chain), joined by `: `: for warnings that

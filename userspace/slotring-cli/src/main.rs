@@ -25,12 +25,13 @@ use anyhow::{Context, Result};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nix::sys::signal::{SigSet, Signal};
 use slotring::metrics::SlotringCollector;
-use slotring::pinned::{self, DEFAULT_PIN_DIR, PinnedError, PinnedMaps, ThreadState};
+use slotring::pinned::{self, DEFAULT_PIN_DIR, Liveness, PinnedError, PinnedMaps, ThreadState};
 use slotring_cli::config::{self, ConfigError, ConfigFile, RunConfig};
 use slotring_cli::http::{DEFAULT_LISTEN, MetricsServer, render_registry};
 use slotring_cli::report::KernelVerdict;
 use slotring_cli::stats::StatsView;
 use slotring_cli::verify::{Outcome, Window};
+use slotring_cli::watch;
 use slotring_cli::workload::{RunError, RunOptions, run};
 
 const EXIT_ERROR: u8 = 1;
@@ -110,8 +111,8 @@ struct RunArgs {
 
 #[derive(Args)]
 struct PinDir {
-    /// Pin root: each process pins its maps in <DIR>/<pid or instance name>/
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_DIR)]
+    /// Pin root (absolute): each process pins its maps in <DIR>/<pid or instance name>/
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_DIR, value_parser = config::pin_dir)]
     pin_dir: PathBuf,
     /// Instance (directory under --pin-dir) [default: the only live one; verify: the one of --pid]
     #[arg(long, value_name = "NAME")]
@@ -149,8 +150,8 @@ struct VerifyArgs {
     pid: u32,
     #[command(flatten)]
     pins: PinDir,
-    /// Observation window
-    #[arg(long, default_value = "5s", value_parser = config::positive_duration)]
+    /// Observation window, at most 1h (ends early on Ctrl-C, with the verdict so far, or when the process exits)
+    #[arg(long, default_value = "5s", value_parser = config::verify_window)]
     window: Duration,
     /// Largest allowed parked on-CPU / parked time
     #[arg(long, default_value = "0.001", value_parser = config::ratio)]
@@ -177,8 +178,8 @@ fn install_stop() -> Arc<AtomicBool> {
                         s.store(true, Ordering::Relaxed);
                         first = false;
                     } else {
-                        slotring_cli::abort::run_all();
-                        eprintln!("slotring: {sig} again, aborted (data file and pins removed)");
+                        let done = slotring_cli::abort::run_all();
+                        eprintln!("{}", slotring_cli::abort::message(sig, &done));
                         std::process::exit(i32::from(EXIT_INTERRUPTED));
                     }
                 }
@@ -221,7 +222,7 @@ fn main() -> ExitCode {
         }
         Cmd::Stats(args) => cmd_stats(&args, &stop),
         Cmd::Exporter(args) => cmd_exporter(&args, &stop),
-        Cmd::Verify(args) => cmd_verify(&args),
+        Cmd::Verify(args) => cmd_verify(&args, &stop),
     };
     match result {
         Ok(code) => ExitCode::from(code),
@@ -324,7 +325,7 @@ fn cmd_stats(args: &StatsArgs, stop: &AtomicBool) -> Result<u8> {
         let t0 = Instant::now();
         while t0.elapsed() < interval {
             if stop.load(Ordering::Relaxed) {
-                return Ok(0);
+                return Ok(EXIT_INTERRUPTED);
             }
             std::thread::sleep(Duration::from_millis(50).min(interval));
         }
@@ -392,28 +393,48 @@ fn cmd_exporter(args: &ExporterArgs, stop: &AtomicBool) -> Result<u8> {
         dir.display(),
         srv.addr()
     );
+    // It serves until a signal: that is its only way to end.
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(0)
+    Ok(EXIT_INTERRUPTED)
 }
 
-fn cmd_verify(args: &VerifyArgs) -> Result<u8> {
+fn cmd_verify(args: &VerifyArgs, stop: &AtomicBool) -> Result<u8> {
     let (pid, dir, window) = (args.pid, &args.pins.pin_dir, args.window);
-    if !PathBuf::from(format!("/proc/{pid}")).exists() {
+    let no_process = || {
         eprintln!("slotring verify: no process {pid}");
-        return Ok(EXIT_NOTHING);
-    }
+        Ok(EXIT_NOTHING)
+    };
+    // The target, by pid and start time: a pid reused meanwhile is not it.
+    let Some(start_time) = slotring::bpf::pins::process_start_time(pid).ok().flatten() else {
+        // Pins the process left (stale) are reported as such.
+        return match owned_by(dir, pid) {
+            Some(inst) => {
+                inst.check_live()?;
+                no_process()
+            }
+            None => no_process(),
+        };
+    };
+    let target = slotring::bpf::Owner {
+        pid: u64::from(pid),
+        start_time,
+    };
     // The instance asked for, or the one process `pid` pinned.
     let inst = match &args.pins.instance {
         Some(name) => pinned::select(dir, Some(name))?,
-        None => pinned::instances(dir)?
-            .into_iter()
-            .find(|i| i.owner.is_some_and(|o| o.pid == u64::from(pid)))
-            .ok_or_else(|| PinnedError::NoInstance {
-                root: dir.clone(),
-                name: Some(pid.to_string()),
-            })?,
+        None => match owned_by(dir, pid) {
+            Some(inst) => inst,
+            None => {
+                pinned::instances(dir)?;
+                return Err(PinnedError::NoInstance {
+                    root: dir.clone(),
+                    name: Some(pid.to_string()),
+                }
+                .into());
+            }
+        },
     };
     inst.check_live()?;
     let (maps, dir) = (&inst.maps, inst.maps.dir());
@@ -435,7 +456,17 @@ fn cmd_verify(args: &VerifyArgs) -> Result<u8> {
         "slotring verify: watching {} threads of process {pid} for {window:?}",
         before.len()
     );
-    std::thread::sleep(window);
+    // The target by pid and start time, and the owner of the pins (re-read:
+    // an instance of another process may be asked for by name).
+    let alive = || target.liveness() == Liveness::Live && maps.check_live().is_ok();
+    let ended = watch::watch(window, &|| stop.load(Ordering::Relaxed), &alive);
+    if let watch::Ended::TargetGone(after) = ended {
+        eprintln!(
+            "slotring verify: process {pid} exited {:.1} s into the window: nothing to verify",
+            after.as_secs_f64()
+        );
+        return Ok(EXIT_NOTHING);
+    }
     let t1 = slotring::pinned::monotonic_ns();
     let after = maps.threads()?;
     let rule = slotring::bpf::VerifyConfig {
@@ -452,9 +483,24 @@ fn cmd_verify(args: &VerifyArgs) -> Result<u8> {
     print!("{measured}");
     let outcome = measured.outcome();
     println!("verdict: {outcome}");
+    if let watch::Ended::Stopped(after) = ended {
+        eprintln!(
+            "slotring verify: interrupted {:.1} s into the {window:?} window: the verdict covers that time",
+            after.as_secs_f64()
+        );
+        return Ok(EXIT_INTERRUPTED);
+    }
     Ok(match outcome {
         Outcome::Unverified => EXIT_NOTHING,
         Outcome::Pass => 0,
         Outcome::Fail(_) => EXIT_VERDICT_FAIL,
     })
+}
+
+/// The instance under `root` whose owner record names `pid`, live or stale.
+fn owned_by(root: &std::path::Path, pid: u32) -> Option<pinned::Instance> {
+    pinned::instances(root)
+        .ok()?
+        .into_iter()
+        .find(|i| i.owner.is_some_and(|o| o.pid == u64::from(pid)))
 }

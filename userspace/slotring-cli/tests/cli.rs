@@ -109,6 +109,15 @@ impl Served {
         out
     }
 
+    /// SIGINT, then the exit, which must be 130 within 30 s.
+    fn interrupt(self) -> Output {
+        sigint(&self.child.0);
+        let out = self.finish(Duration::from_secs(30));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{err}");
+        out
+    }
+
     fn stderr_so_far(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
@@ -153,6 +162,13 @@ fn wait_for_metrics(addr: SocketAddr, must_contain: &str) -> String {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Wait until a run's queries run: `/metrics` is served from the start
+/// (the data file's creation included), its tenants only once the scans
+/// started.
+fn wait_for_queries(addr: SocketAddr) -> String {
+    wait_for_metrics(addr, "slotring_tenant_bytes_total")
 }
 
 fn wait_output(child: &mut Child, limit: Duration) -> Output {
@@ -310,6 +326,7 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
             .stdout(Stdio::piped()),
     );
     let (addr, pid) = (child.addr, child.child.0.id());
+    wait_for_queries(addr);
     let body = wait_for_metrics(addr, "slotring_throttler_bytes_total");
     promtool_check_metrics(&body);
     let names = sample_names(&body);
@@ -371,13 +388,7 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         );
 
         // `slotring exporter` over the pins of the running process.
-        let exporter = spawn_served(
-            Command::new(bin())
-                .args(["exporter", "--listen", "127.0.0.1:0"])
-                .arg("--pin-dir")
-                .arg(&pins)
-                .stdout(Stdio::null()),
-        );
+        let exporter = exporter_on(&pins);
         let ex_body = wait_for_metrics(exporter.addr, "slotring_parked_oncpu_seconds_total");
         promtool_check_metrics(&ex_body);
         assert!(
@@ -572,7 +583,7 @@ fn prometheus_server_scrapes_a_run() {
             .stdout(Stdio::null()),
     );
     let addr = run.addr;
-    wait_for_metrics(addr, "slotring_slots_max");
+    wait_for_queries(addr);
     let prom_dir = tempfile::tempdir().unwrap();
     let cfg = prom_dir.path().join("prometheus.yml");
     std::fs::write(
@@ -837,7 +848,7 @@ fn ctrl_c_stops_cleanly() {
             .arg(&pins)
             .stdout(Stdio::piped()),
     );
-    wait_for_metrics(child.addr, "slotring_slots_in_use");
+    wait_for_queries(child.addr);
     let pid = nix::unistd::Pid::from_raw(child.child.0.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
     let out = child.finish(Duration::from_secs(30));
@@ -969,10 +980,17 @@ fn degrades_cleanly_without_privileges() {
 
 /// `slotring exporter` on an ephemeral loopback port, with no pins.
 fn spawn_exporter() -> Served {
+    exporter_on(Path::new("/nonexistent/slotring"))
+}
+
+/// `slotring exporter` of the pins under `root`, on an ephemeral loopback
+/// port.
+fn exporter_on(root: &Path) -> Served {
     spawn_served(
         Command::new(bin())
-            .args(["exporter", "--pin-dir", "/nonexistent/slotring"])
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["exporter", "--listen", "127.0.0.1:0"])
+            .arg("--pin-dir")
+            .arg(root)
             .stdout(Stdio::null()),
     )
 }
@@ -1239,7 +1257,7 @@ fn sigterm_stops_the_exporter_with_a_slow_client_attached() {
     );
     assert_eq!(
         out.status.code(),
-        Some(0),
+        Some(130),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -1709,7 +1727,8 @@ fn a_run_never_removes_a_file_it_did_not_create() {
     // A file already at the name the run would pick: kept, byte for byte,
     // and the run takes a fresh name.
     let script = format!(
-        "echo precious > {d}/slotring-data-$$.bin; exec {b} run --dir {d} --duration 0.5s \
+        "echo precious > {d}/slotring-data-$$.$(cut -d' ' -f22 /proc/$$/stat).bin; \
+         exec {b} run --dir {d} --duration 0.5s \
          --file-size 8MiB --no-progress --no-probes --listen ''",
         d = dir.path().display(),
         b = bin()
@@ -1761,6 +1780,7 @@ fn a_missing_dir_is_announced_and_removed_when_empty() {
 fn interrupted_within_a_second(args: &[&str]) {
     let dir = data_dir();
     let run = spawn_served(run_cmd(dir.path(), args).stdout(Stdio::piped()));
+    wait_for_queries(run.addr);
     std::thread::sleep(Duration::from_millis(500));
     let t = Instant::now();
     sigint(&run.child.0);
@@ -1838,8 +1858,8 @@ fn a_second_ctrl_c_still_removes_the_data_file_and_the_pins() {
     let run = spawn_served(&mut cmd);
     let data = data_file_of(&run.stderr_so_far());
     assert!(data.exists());
+    wait_for_queries(run.addr);
     if is_root() {
-        wait_for_metrics(run.addr, "slotring_slots_in_use");
         assert!(
             std::fs::read_dir(&pins).unwrap().count() > 0,
             "nothing pinned at {}",
@@ -2057,7 +2077,9 @@ fn exit_codes_are_as_documented() {
     // 0: a run; 1: a runtime error (the data directory is a file); 2: a bad
     // setting; 4: nothing to read. 3 (verdict FAIL) needs a parked thread
     // that uses CPU, which this workload does not do; 130 is
-    // `ctrl_c_stops_cleanly` and the Ctrl-C tests above.
+    // `every_command_exits_130_on_its_first_signal` (run, exporter,
+    // stats --watch, verify), `ctrl_c_stops_cleanly` and the Ctrl-C tests
+    // above.
     let dir = data_dir();
     let out = run_cmd(dir.path(), &["--duration", "0.2s", "--listen", ""])
         .output()
@@ -2097,6 +2119,7 @@ fn a_data_file_truncated_during_the_run_is_counted_and_fails_the_run() {
         .stdout(Stdio::piped()),
     );
     let path = data_file_of(&run.stderr_so_far());
+    wait_for_queries(run.addr);
     std::fs::OpenOptions::new()
         .write(true)
         .open(&path)
@@ -2164,4 +2187,496 @@ fn stats_without_permission_says_so() {
     assert_eq!(out.status.code(), Some(4), "{err}");
     assert!(err.contains("Permission denied"), "{err}");
     assert!(!err.contains("is a process"), "{err}");
+}
+
+// ---- Every command stops on the first signal; no wait is unbounded ----
+
+/// A child whose stderr goes to a file (read while it runs), stdout piped.
+struct Logged {
+    child: Reap,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Logged {
+    fn spawn(cmd: &mut Command) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("stderr");
+        let err = std::fs::File::create(&log).unwrap();
+        let child = Reap(cmd.stderr(err).stdout(Stdio::piped()).spawn().unwrap());
+        Self {
+            child,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until stderr contains `what` (at most 60 s).
+    fn wait_for(&self, what: &str) -> String {
+        let t = Instant::now();
+        loop {
+            let err = self.stderr();
+            if err.contains(what) {
+                return err;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "no `{what}` on stderr within 60 s:\n{err}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.0.id() as i32);
+        nix::sys::signal::kill(pid, sig).unwrap();
+    }
+
+    /// Wait for the exit (killing it after `limit`): the output, stderr
+    /// included.
+    fn finish(mut self, limit: Duration) -> Output {
+        let mut out = wait_output(&mut self.child.0, limit);
+        out.stderr = self.stderr().into_bytes();
+        out
+    }
+}
+
+/// `run` with no probes, `/metrics` at `listen` (empty: none), data in
+/// `dir`, creating a 1 MiB data file under a write limit of `rate`.
+fn slow_creation(dir: &Path, rate: &str, listen: &str) -> Command {
+    let mut c = Command::new(bin());
+    c.args(["run", "--file-size", "1MiB", "--duration", "1s"])
+        .args(["--no-progress", "--no-probes", "--listen", listen])
+        .args(["--max-local-write-bandwidth", rate])
+        .arg("--dir")
+        .arg(dir);
+    c
+}
+
+#[test]
+fn the_first_ctrl_c_stops_a_data_file_paced_at_one_byte_per_second() {
+    // At 1 byte/s the 1 MiB file would take about 12 days, and at 64 KiB/s
+    // 16 s: the first signal ends either at once, removing the file.
+    for (rate, sig) in [
+        ("1", nix::sys::signal::Signal::SIGINT),
+        ("64KiB", nix::sys::signal::Signal::SIGTERM),
+    ] {
+        let dir = data_dir();
+        let run = Logged::spawn(&mut slow_creation(dir.path(), rate, ""));
+        let err = run.wait_for("slotring: data file ");
+        let data = data_file_of(&err);
+        // Into the paced write: its first pieces are booked and waiting.
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(data.exists(), "{err}");
+        run.signal(sig);
+        let out = run.finish(Duration::from_secs(20));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(130), "{rate}: {err}");
+        assert!(
+            err.contains("interrupted") && !err.contains("again, aborted"),
+            "{rate}: the first signal did it: {err}"
+        );
+        assert!(!data.exists(), "{rate}: data file left: {err}");
+        assert!(entries(dir.path()).is_empty(), "{:?}", entries(dir.path()));
+    }
+}
+
+#[test]
+fn metrics_are_served_while_the_data_file_is_written() {
+    let dir = data_dir();
+    // 1 MiB at 64 KiB/s: 16 s of paced writing, watched from the start.
+    let run = spawn_served(slow_creation(dir.path(), "64KiB", "127.0.0.1:0").stdout(Stdio::null()));
+    let line = "slotring_throttler_bytes_total{throttler=\"local_write\"}";
+    let t = Instant::now();
+    let written = loop {
+        let body = wait_for_metrics(run.addr, line);
+        let v: f64 = body
+            .lines()
+            .find_map(|l| l.strip_prefix(line))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0);
+        if v > 0.0 {
+            break v;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "local_write never charged: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        written < f64::from(1 << 20),
+        "scraped while the file was still being written: {written}"
+    );
+    run.interrupt();
+}
+
+/// Send `request`, half-close the connection (`shutdown(SHUT_WR)`, as
+/// `nc -N` does), and read the whole answer.
+fn half_closed_request(addr: SocketAddr, request: &str) -> String {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A GET and a HEAD of `/metrics`, each followed by a half-close, get the
+/// same answer as without it.
+fn half_closing_clients_are_answered(addr: SocketAddr, must_contain: &str) {
+    let full = wait_for_metrics(addr, must_contain);
+    let get = half_closed_request(addr, "GET /metrics HTTP/1.0\r\n\r\n");
+    assert!(get.starts_with("HTTP/1.0 200"), "GET got: {get:?}");
+    assert!(get.contains(must_contain), "{get}");
+    let len: usize = header(&get, "content-length").unwrap().parse().unwrap();
+    assert!(
+        len > full.len() / 2,
+        "{len} bytes, a full scrape {}",
+        full.len()
+    );
+    let head = half_closed_request(addr, "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.1 200"), "HEAD got: {head:?}");
+    assert!(head.ends_with("\r\n\r\n"), "HEAD has no body: {head}");
+}
+
+#[test]
+fn half_closing_clients_get_their_metrics() {
+    let dir = data_dir();
+    let root = pin_dir("halfclose");
+    let run = spawn_run(&root, dir.path(), "60s");
+    half_closing_clients_are_answered(run.addr, "slotring_slots_in_use");
+    if probes_possible("the exporter part of the half-close test") {
+        wait_for_pins(&root, run.child.0.id());
+        let exporter = exporter_on(&root);
+        half_closing_clients_are_answered(exporter.addr, "slotring_slots_granted_total{");
+        drop(exporter);
+    }
+    run.interrupt();
+}
+
+#[test]
+fn a_kept_data_file_is_not_said_to_be_removed_on_abort() {
+    let dir = data_dir();
+    let cfg = dir.path().join("keep.toml");
+    std::fs::write(&cfg, "keep = \"yes\"\n").unwrap();
+    let run = spawn_served(
+        run_cmd(
+            dir.path(),
+            &["--duration", "60s", "--max-local-read-bandwidth", "1"],
+        )
+        .arg("--config")
+        .arg(&cfg)
+        .stdout(Stdio::null()),
+    );
+    let data = data_file_of(&run.stderr_so_far());
+    wait_for_queries(run.addr);
+    let pid = nix::unistd::Pid::from_raw(run.child.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let t = Instant::now();
+    while !run.stderr_so_far().contains("SIGTERM, stopping") {
+        assert!(t.elapsed() < Duration::from_secs(30), "first SIGTERM lost");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = run.finish(Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    // Either signal may have ended it (the first one stops the run within
+    // 200 ms); if the second did, its line says what it did.
+    if err.contains("again, aborted") {
+        assert!(
+            err.contains(&format!("data file {} kept", data.display())),
+            "{err}"
+        );
+    }
+    assert!(!err.contains("removed"), "{err}");
+    assert!(data.exists(), "the kept data file is gone: {err}");
+    std::fs::remove_file(&data).unwrap();
+}
+
+#[test]
+fn a_config_file_must_be_a_small_regular_file() {
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("fifo.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let big = d.path().join("big.toml");
+    std::fs::write(&big, format!("# {}\n", "x".repeat(2 << 20))).unwrap();
+    for (path, says) in [
+        (Path::new("/dev/zero"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (d.path(), "a directory"),
+        (big.as_path(), "more than the 1048576"),
+    ] {
+        // Memory and time bounded: a reader that does not check would read
+        // /dev/zero until it was killed.
+        let script = format!(
+            "ulimit -v 4000000; exec {} run --config {} --no-probes --listen ''",
+            bin(),
+            path.display()
+        );
+        let mut child = Command::new("sh")
+            .args(["-c", &script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = wait_output(&mut child, Duration::from_secs(20));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", path.display());
+        assert!(
+            err.contains(&format!("config file {}", path.display())) && err.contains(says),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_run_killed_with_kill_9_leaves_a_data_file_that_the_next_run_removes() {
+    let dir = data_dir();
+    // Killed while its data file is paced at 64 KiB/s.
+    let run = Logged::spawn(&mut slow_creation(dir.path(), "64KiB", ""));
+    let killed = data_file_of(&run.wait_for("slotring: data file "));
+    let mut child = run.child;
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    assert!(killed.exists(), "kill -9 cleans nothing up");
+
+    // Names of dead runs that are not what a dead run created: a symbolic
+    // link, a file with two links, one with another mode; and the names of
+    // runs that live (this process; a live pid with the right start time).
+    let dead = {
+        let mut c = Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    };
+    let me = std::process::id();
+    let my_start = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let my_start = my_start[my_start.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .nth(19)
+        .unwrap()
+        .to_owned();
+    let at = |name: String| dir.path().join(name);
+    let decoy = std::fs::File::create(dir.path().join("decoy")).unwrap();
+    drop(decoy);
+    let link = at(format!("slotring-data-{dead}.1.bin"));
+    std::os::unix::fs::symlink(dir.path().join("decoy"), &link).unwrap();
+    let linked = at(format!("slotring-data-{dead}.2.bin"));
+    std::fs::hard_link(dir.path().join("decoy"), &linked).unwrap();
+    let open_mode = at(format!("slotring-data-{dead}.3.bin"));
+    std::fs::write(&open_mode, "not a run's\n").unwrap();
+    let live = at(format!("slotring-data-{me}.{my_start}.bin"));
+    std::fs::write(&live, "live\n").unwrap();
+    let other_name = at(format!("slotring-data-{dead}.bin"));
+    std::fs::write(&other_name, "an older name\n").unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    for p in [&live, &other_name] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    // A file exactly as a dead run creates it, of a pid now reused (this
+    // process, another start time): provably dead, removed.
+    let reused = at(format!("slotring-data-{me}.1-2.bin"));
+    std::fs::write(&reused, "").unwrap();
+    std::fs::set_permissions(&reused, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    let out = Command::new(bin())
+        .args(["run", "--file-size", "1MiB", "--duration", "0.2s"])
+        .args(["--no-progress", "--no-probes", "--listen", ""])
+        .arg("--dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    for gone in [&killed, &reused] {
+        assert!(
+            err.contains(&format!("removed stale data file {}", gone.display())),
+            "{err}"
+        );
+        assert!(!gone.exists(), "{}", gone.display());
+    }
+    for kept in [&link, &linked, &open_mode, &live, &other_name] {
+        assert!(
+            std::fs::symlink_metadata(kept).is_ok(),
+            "{} was removed: {err}",
+            kept.display()
+        );
+    }
+    for said in [
+        format!("leaving {}: ", link.display()),
+        format!("leaving {}: ", linked.display()),
+        format!("leaving {}: ", open_mode.display()),
+    ] {
+        assert!(err.contains(&said), "no `{said}` in: {err}");
+    }
+    assert!(std::fs::read_to_string(dir.path().join("decoy")).is_ok());
+}
+
+#[test]
+fn doubtful_values_exit_2_naming_the_option() {
+    let dir = data_dir();
+    let check = |out: Output, says: &[&str]| {
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        for s in says {
+            assert!(err.contains(s), "no `{s}` in: {err}");
+        }
+    };
+    // A relative pin root, for every command that takes one.
+    check(
+        run_cmd(dir.path(), &["--pin-dir", "relpins"])
+            .output()
+            .unwrap(),
+        &["--pin-dir", "`relpins`", "absolute"],
+    );
+    for cmd in [&["stats"][..], &["exporter"], &["verify", "--pid", "1"]] {
+        let out = Command::new(bin())
+            .args(cmd)
+            .args(["--pin-dir", "relpins"])
+            .output()
+            .unwrap();
+        check(out, &["--pin-dir", "relpins"]);
+    }
+    // A fractional byte rate, from the file and the command line.
+    let cfg = dir.path().join("frac.toml");
+    std::fs::write(&cfg, "max_local_read_bandwidth = 1.5\n").unwrap();
+    let out = run_cmd(dir.path(), &["--duration", "0.2s"])
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    check(
+        out,
+        &["--max-local-read-bandwidth", "`1.5`", "frac.toml", "whole"],
+    );
+    check(
+        run_cmd(dir.path(), &["--max-local-write-bandwidth", "0.3KiB"])
+            .output()
+            .unwrap(),
+        &["--max-local-write-bandwidth", "`0.3KiB`"],
+    );
+    // A plot where no file can be made, refused before the run.
+    let out = run_cmd(dir.path(), &["--duration", "20s", "--plot", "/proc/x.svg"])
+        .output()
+        .unwrap();
+    check(out, &["--plot", "/proc/x.svg"]);
+    // A window longer than an hour (as `run --duration`).
+    let out = Command::new(bin())
+        .args(["verify", "--pid", "1", "--window", "99999999999h"])
+        .output()
+        .unwrap();
+    check(out, &["--window", "99999999999h"]);
+    assert!(entries(dir.path()).iter().all(|e| e.ends_with(".toml")));
+}
+
+/// `slotring verify --pid PID` on the pins under `root`, watching for
+/// `window`.
+fn spawn_verify(root: &Path, pid: u32, window: &str) -> Logged {
+    Logged::spawn(
+        Command::new(bin())
+            .args(["verify", "--pid", &pid.to_string(), "--window", window])
+            .arg("--pin-dir")
+            .arg(root),
+    )
+}
+
+/// A 60 s `run` with probes whose queries run, pinning under a root of its
+/// own (`tag`); its data directory and pin root with it.
+fn live_run(tag: &str) -> (tempfile::TempDir, PathBuf, Served) {
+    let data = data_dir();
+    let root = pin_dir(tag);
+    let run = spawn_run(&root, data.path(), "60s");
+    wait_for_pins(&root, run.child.0.id());
+    wait_for_queries(run.addr);
+    (data, root, run)
+}
+
+#[test]
+fn verify_stops_on_the_first_signal_and_when_its_target_exits() {
+    if !probes_possible("the verify signal test") {
+        return;
+    }
+    let (_data, root, run) = live_run("verifysig");
+    let pid = run.child.0.id();
+    // The first SIGINT or SIGTERM ends a 30 s window with the verdict on
+    // the time watched so far.
+    for sig in [
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGTERM,
+    ] {
+        let verify = spawn_verify(&root, pid, "30s");
+        verify.wait_for("watching");
+        std::thread::sleep(Duration::from_millis(500));
+        verify.signal(sig);
+        let out = verify.finish(Duration::from_secs(10));
+        let (text, err) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert_eq!(out.status.code(), Some(130), "{sig}: {text}{err}");
+        assert!(text.contains("verdict: "), "{sig}: {text}");
+        assert!(err.contains("interrupted"), "{sig}: {err}");
+        assert!(!err.contains("removed"), "{sig}: {err}");
+    }
+    // An hour-long window ends when its target does.
+    let verify = spawn_verify(&root, pid, "1h");
+    verify.wait_for("watching");
+    run.interrupt();
+    let out = verify.finish(Duration::from_secs(10));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(err.contains(&format!("process {pid} exited")), "{err}");
+}
+
+/// Exit code 130 for every command on its first signal: `exporter`
+/// (SIGTERM), and, on a live instance, `stats --watch`, `verify` and `run`
+/// itself (SIGINT).
+#[test]
+fn every_command_exits_130_on_its_first_signal() {
+    let exporter = spawn_exporter();
+    wait_for_metrics(exporter.addr, "slotring_exporter_up");
+    let pid = nix::unistd::Pid::from_raw(exporter.child.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = exporter.finish(Duration::from_secs(10));
+    assert_eq!(out.status.code(), Some(130));
+    if !probes_possible("stats --watch on a live instance") {
+        return;
+    }
+    let (_data, root, run) = live_run("watch");
+    let watch = Logged::spawn(
+        Command::new(bin())
+            .args(["stats", "--watch", "--interval", "200ms", "--pin-dir"])
+            .arg(&root),
+    );
+    // A few tables, then the signal while it waits for the next.
+    std::thread::sleep(Duration::from_millis(1000));
+    watch.signal(nix::sys::signal::Signal::SIGINT);
+    let out = watch.finish(Duration::from_secs(10));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("local_read"),
+        "it showed the instance: {text}"
+    );
+    let verify = spawn_verify(&root, run.child.0.id(), "1h");
+    verify.wait_for("watching");
+    verify.signal(nix::sys::signal::Signal::SIGINT);
+    assert_eq!(
+        verify.finish(Duration::from_secs(10)).status.code(),
+        Some(130)
+    );
+    run.interrupt();
 }

@@ -63,6 +63,7 @@
 //! tokio's blocking pool (see its module docs).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use slotring_throttle::{LeaseParked, ThrottlePtr, park_current_lease};
@@ -118,6 +119,9 @@ pub struct Completion {
 /// `submit_*` is a commitment to issue the IO.
 pub struct UringEngine {
     core: Core,
+    /// Cancels the paced writes done in the caller's thread
+    /// ([`IoEngine::cancel_paced_writes_on`]).
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for UringEngine {
@@ -144,6 +148,7 @@ impl UringEngine {
     pub(crate) fn on(cfg: &RingConfig, sys: Box<dyn Syscalls>) -> Result<Self, UringError> {
         Ok(Self {
             core: Core::new(sys, &cfg.setup()?, cfg.policy)?,
+            cancel: None,
         })
     }
 
@@ -382,10 +387,10 @@ impl IoEngine for UringEngine {
         // completions this thread would not reap meanwhile). See the module
         // docs, "Paced writes".
         if self.core.writes_in_thread(file, throttle, buf.len()) {
-            let r = self
-                .core
-                .thread_io()
-                .write(file, &buf, offset, throttle, max_block);
+            let cancel = self.cancel.clone();
+            let mut io = self.core.thread_io();
+            io.cancel = cancel.as_deref();
+            let r = io.write(file, &buf, offset, throttle, max_block);
             return (r, buf);
         }
         let s = Submit::new(
@@ -405,5 +410,10 @@ impl IoEngine for UringEngine {
 
     fn kind(&self) -> &'static str {
         "io_uring"
+    }
+
+    fn cancel_paced_writes_on(&mut self, flag: Arc<AtomicBool>) -> bool {
+        self.cancel = Some(flag);
+        true
     }
 }

@@ -4,6 +4,7 @@
 //! falls back to `pread`, naming the cause.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use slotring_throttle::ThrottlePtr;
@@ -112,7 +113,31 @@ pub trait IoEngine: Send {
 
     /// `"io_uring"` or `"pread"`.
     fn kind(&self) -> &'static str;
+
+    /// Have every paced write that the engine does in the calling thread
+    /// (every paced write of a [`PreadEngine`]; those of a
+    /// [`UringEngine`] while it holds no other request) look at `flag`
+    /// throughout: before a piece is booked, while it waits for its turn,
+    /// for room under the writeback cap and for the catch-up pacer (each
+    /// such wait sleeps in slices of at most [`CANCEL_POLL`]), and before
+    /// its `pwrite`. Once `flag` is set, the write waits for the device to
+    /// complete the pieces it wrote and ends as [`UringError::Cancelled`].
+    /// Reads and unpaced writes never look at it: their throttle waits are
+    /// capped by `max_block` and always waited out (a shortened wait would
+    /// break the rate). Returns whether the engine honours the flag; both
+    /// engines of this crate do, and an engine that cannot keeps the
+    /// default, which changes nothing and says so (`false`).
+    ///
+    /// [`UringError::Cancelled`]: crate::UringError::Cancelled
+    fn cancel_paced_writes_on(&mut self, flag: Arc<AtomicBool>) -> bool {
+        let _ = flag;
+        false
+    }
 }
+
+/// The longest a paced write done in its caller's thread sleeps without
+/// looking at its cancel flag ([`IoEngine::cancel_paced_writes_on`]).
+pub const CANCEL_POLL: Duration = Duration::from_millis(50);
 
 /// The io_uring engine if the kernel lets us have one; otherwise the `pread`
 /// engine and the reason io_uring could not be used.

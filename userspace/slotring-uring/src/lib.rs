@@ -99,7 +99,7 @@ pub use crate::cap::{writeback_high_water, writeback_in_flight};
 pub use crate::counters::UringCounters;
 #[cfg(feature = "test-util")]
 pub use crate::engine::open_engine_with;
-pub use crate::engine::{IoEngine, RingConfig, open_engine};
+pub use crate::engine::{CANCEL_POLL, IoEngine, RingConfig, open_engine};
 pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
 pub use crate::policy::{Op, Policy};

@@ -14,7 +14,7 @@ use slotring_throttle::{Source, ThrottlePtr, park_current_lease, sleep_abs_monot
 
 use crate::cap::CapHold;
 use crate::counters::UringCounters;
-use crate::engine::IoEngine;
+use crate::engine::{CANCEL_POLL, IoEngine};
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
@@ -26,6 +26,8 @@ pub struct PreadEngine {
     sys: Box<dyn Syscalls>,
     policy: Policy,
     counters: UringCounters,
+    /// Cancels the paced writes ([`IoEngine::cancel_paced_writes_on`]).
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl std::fmt::Debug for PreadEngine {
@@ -73,6 +75,7 @@ impl PreadEngine {
             sys,
             policy,
             counters: UringCounters::default(),
+            cancel: None,
         }
     }
 
@@ -81,7 +84,7 @@ impl PreadEngine {
             sys: self.sys.as_mut(),
             policy: self.policy,
             counters: &mut self.counters,
-            cancel: None,
+            cancel: self.cancel.as_deref(),
         }
     }
 }
@@ -99,9 +102,11 @@ pub(crate) struct ThreadIo<'a> {
     pub(crate) policy: Policy,
     pub(crate) counters: &'a mut UringCounters,
     /// Set when nobody waits for the request any more (the async front
-    /// end's future was dropped): a paced write books no further piece.
+    /// end's future was dropped, or the flag of
+    /// [`IoEngine::cancel_paced_writes_on`] was set): a paced write books
+    /// no further piece, and its waits look at it every [`CANCEL_POLL`].
     /// Read with `Relaxed`: it carries no data, and a late look costs at
-    /// most one piece.
+    /// most one slice of a wait.
     pub(crate) cancel: Option<&'a AtomicBool>,
 }
 
@@ -248,9 +253,26 @@ impl ThreadIo<'_> {
         pc: u64,
         disk: u64,
     ) -> Result<(), UringError> {
-        let delay = policy::book(throttle, pc, Source::PageCache, max_block, 0)?;
-        let delay = policy::book(throttle, disk, Source::Device, max_block, delay)?;
+        let delay = Self::book(throttle, max_block, pc, disk)?;
         self.sleep(delay)
+    }
+
+    /// Book `pc` page-cache bytes, then `disk` device bytes after them; the
+    /// total delay (ns).
+    fn book(
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+        pc: u64,
+        disk: u64,
+    ) -> Result<u64, UringError> {
+        let delay = policy::book(throttle, pc, Source::PageCache, max_block, 0)?;
+        Ok(policy::book(
+            throttle,
+            disk,
+            Source::Device,
+            max_block,
+            delay,
+        )?)
     }
 
     /// Sleep `delay` ns with the CPU lease parked (counted as a wait).
@@ -259,10 +281,33 @@ impl ThreadIo<'_> {
             self.counters.waits_submitted += 1;
             self.counters.wait_us += delay / 1_000;
             let _lease = park_current_lease();
-            sleep_abs_monotonic(delay).map_err(|e| UringError::Ring {
-                what: "clock_nanosleep",
-                source: io::Error::from(e),
-            })?;
+            sleep_abs_monotonic(delay).map_err(clock_failed)?;
+        }
+        Ok(())
+    }
+
+    /// [`ThreadIo::sleep`] for a paced piece: with a cancel flag, in slices
+    /// of at most [`CANCEL_POLL`] that end the sleep once it is set (the
+    /// caller then stops: a piece whose wait was cut short is never
+    /// written, so the rate holds). The lease stays parked throughout.
+    fn sleep_unless_cancelled(&mut self, delay: u64) -> Result<(), UringError> {
+        let Some(cancel) = self.cancel else {
+            return self.sleep(delay);
+        };
+        if delay == 0 {
+            return Ok(());
+        }
+        self.counters.waits_submitted += 1;
+        self.counters.wait_us += delay / 1_000;
+        let deadline = monotonic_now_ns().saturating_add(delay);
+        let slice = u64::try_from(CANCEL_POLL.as_nanos()).unwrap_or(u64::MAX);
+        let _lease = park_current_lease();
+        while !cancel.load(Ordering::Relaxed) {
+            let left = deadline.saturating_sub(monotonic_now_ns());
+            if left == 0 {
+                break;
+            }
+            sleep_abs_monotonic(left.min(slice)).map_err(clock_failed)?;
         }
         Ok(())
     }
@@ -280,9 +325,9 @@ impl ThreadIo<'_> {
     /// names the file, the offset reached and the bytes written before it
     /// (which are counted in `write_bytes`). A paced write whose `cancel`
     /// is set stops before its next piece's `pwrite` (looked at before the
-    /// piece is booked, when its turn has come, and when it has its room
-    /// and its pacer's slot), waits for the device to complete the pieces
-    /// it wrote, and ends as [`UringError::Cancelled`] (its pieces count in
+    /// piece is booked, every [`CANCEL_POLL`] while it waits for its turn,
+    /// its room or its pacer's slot, and after each of those waits), waits
+    /// for the device to complete the pieces it wrote, and ends as [`UringError::Cancelled`] (its pieces count in
     /// `paced_bytes`, none in `write_bytes`: nobody is told of them, as for
     /// a cancelled request on the ring; a piece booked and then not written
     /// keeps its booking, as on the ring).
@@ -336,7 +381,8 @@ impl ThreadIo<'_> {
             // writers put 1.41-1.48x the limit into a 100 ms window after
             // a stall of the device (measured).
             if paced {
-                self.charge(throttle, max_block, pc, disk)
+                Self::book(throttle, max_block, pc, disk)
+                    .and_then(|delay| self.sleep_unless_cancelled(delay))
                     .map_err(|e| self.wrote_before(done, e))?;
                 self.stop_if_cancelled(fd, offset, (landed, done, 0), &mut started, &mut cap)?;
             }
@@ -349,12 +395,22 @@ impl ThreadIo<'_> {
                 }
                 // Another request's writeback completes and wakes us
                 // (registered under the cap's lock, and an unpark before
-                // the park is kept: no lost wake-up).
-                let _lease = park_current_lease();
-                std::thread::park();
+                // the park is kept: no lost wake-up); with a cancel flag,
+                // it is looked at every `CANCEL_POLL` meanwhile.
+                if self.cancel.is_some() {
+                    {
+                        let _lease = park_current_lease();
+                        std::thread::park_timeout(CANCEL_POLL);
+                    }
+                    self.stop_if_cancelled(fd, offset, (landed, done, 0), &mut started, &mut cap)?;
+                } else {
+                    let _lease = park_current_lease();
+                    std::thread::park();
+                }
             }
             if paced {
-                self.sleep(cap.pace(0, n))
+                let delay = cap.pace(0, n);
+                self.sleep_unless_cancelled(delay)
                     .map_err(|e| self.wrote_before(done, e))?;
                 // Dropped while it waited for room or for the pacer: the
                 // room taken for this piece goes back unused.
@@ -497,6 +553,14 @@ impl ThreadIo<'_> {
     }
 }
 
+/// A failed `clock_nanosleep`.
+fn clock_failed(e: nix::errno::Errno) -> UringError {
+    UringError::Ring {
+        what: "clock_nanosleep",
+        source: io::Error::from(e),
+    }
+}
+
 impl IoEngine for PreadEngine {
     fn read_at(
         &mut self,
@@ -528,5 +592,10 @@ impl IoEngine for PreadEngine {
 
     fn kind(&self) -> &'static str {
         "pread"
+    }
+
+    fn cancel_paced_writes_on(&mut self, flag: Arc<AtomicBool>) -> bool {
+        self.cancel = Some(flag);
+        true
     }
 }

@@ -21,6 +21,9 @@
 //! 4. A sampler records rates and slots per query every 100 ms, publishes
 //!    the counters to the BPF maps and to `/metrics`, and drives the
 //!    progress bars. At the end the kernel verifies the parked threads.
+//!    `/metrics` is served from before step 1: while the data file is
+//!    created, a publisher thread publishes the same counters (no query,
+//!    no tenant yet) every 100 ms.
 //!
 //! Who owns what: `setup` makes everything the run needs before a query
 //! starts (data directory and file, throttlers, CPU slots, probes);
@@ -151,9 +154,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// (plus creating the data file).
 pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let stop = opts.stop.clone();
+    let stopping = || stop.load(Ordering::Relaxed);
     let mut data = setup::DataDir::prepare(cfg)?;
     let (read, write) = setup::throttlers(cfg)?;
     let cc = setup::slots(cfg);
+    // `/metrics` from here on: the data file's paced write is throttled IO
+    // worth watching too.
+    let published = sampler::Published::default();
+    let server = cfg
+        .listen
+        .and_then(|addr| published.serve(addr, opts.allow_remote));
     // Kernel probes before any query thread reports a lease state.
     let (bpf, unpin_on_abort) = setup::probes(cfg);
     let mut adaptive = setup::adaptive_budget(cfg, &cc, bpf.as_ref())?;
@@ -167,29 +177,51 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let engines = engines::Engines::new(cfg.engine);
 
     // 1. The data file, and what the disk wrote meanwhile (the neighbours'
-    // share sampled just before).
-    let stat = data.path.parent().and_then(disk::block_stat);
-    let neighbours = stat.as_ref().map(|s| {
-        let noise = disk::DiskPeak::start(s.clone(), 0);
-        std::thread::sleep(Duration::from_millis(400));
-        noise.finish().0
+    // share sampled just before), with the counters published meanwhile.
+    let source = sampler::Source {
+        read: &read,
+        write: &write,
+        bpf: bpf.as_ref(),
+        adaptive: adaptive.as_ref(),
+    };
+    // Set once the file is written: it carries no data (`Relaxed`).
+    let created = AtomicBool::new(false);
+    let (file, stat, disk_sampler, neighbours, t_create) = std::thread::scope(|s| {
+        let publisher = std::thread::Builder::new()
+            .name("publish".into())
+            .spawn_scoped(s, || {
+                published.until(&source, &cc, &engines, &|| {
+                    created.load(Ordering::Relaxed) || stopping()
+                });
+            });
+        if let Err(e) = &publisher {
+            eprintln!("slotring: not publishing while the data file is created: {e}");
+        }
+        let stat = data.path.parent().and_then(disk::block_stat);
+        let neighbours = stat.as_ref().map(|s| {
+            let noise = disk::DiskPeak::start(s.clone(), 0);
+            waits::sleep_until(Instant::now() + Duration::from_millis(400), &stopping);
+            noise.finish().0
+        });
+        let write_burst_bytes =
+            (setup::WRITE_BURST.as_secs_f64() * cfg.max_local_write_bandwidth as f64) as u64;
+        let disk_sampler = stat
+            .as_ref()
+            .map(|s| disk::DiskPeak::start(s.clone(), write_burst_bytes));
+        let t_create = Instant::now();
+        let file = setup::create_data_file(
+            cfg,
+            data.take_file().expect("prepare created the data file"),
+            &data.path,
+            &write,
+            &engines,
+            &stop,
+            &progress.data_file(cfg.file_size),
+        );
+        created.store(true, Ordering::Relaxed);
+        (file, stat, disk_sampler, neighbours, t_create)
     });
-    let write_burst_bytes =
-        (setup::WRITE_BURST.as_secs_f64() * cfg.max_local_write_bandwidth as f64) as u64;
-    let disk_sampler = stat
-        .as_ref()
-        .map(|s| disk::DiskPeak::start(s.clone(), write_burst_bytes));
-    let t_create = Instant::now();
-    let created = data.take_file().expect("prepare created the data file");
-    let file = setup::create_data_file(
-        cfg,
-        created,
-        &data.path,
-        &write,
-        &engines,
-        &stop,
-        &progress.data_file(cfg.file_size),
-    )?;
+    let file = file?;
     let create_s = t_create.elapsed().as_secs_f64();
     let write_debt_at_end = counters::debt_now(&write);
     let disk_writes = match (stat, disk_sampler, neighbours) {
@@ -217,10 +249,6 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         cc.clone(),
         engines,
     ));
-    let published = sampler::Published::default();
-    let server = cfg
-        .listen
-        .and_then(|addr| published.serve(addr, opts.allow_remote));
     progress.start_queries(cfg.duration);
     let workers = workers::start(&live, &mut progress)?;
 

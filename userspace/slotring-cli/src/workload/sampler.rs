@@ -10,9 +10,12 @@ use prometheus::IntCounter;
 use slotring::bpf::{AdaptiveBudget, SlotringBpf, ThrottleStats};
 use slotring::metrics::SlotringCollector;
 use slotring::pinned::{self, ThreadState};
+use slotring::slots::{ConcurrencyControl, SlotsCounters};
 use slotring::snapshot::{KernelSnapshot, NamedThrottler, Snapshot, TenantStat};
-use slotring::throttle::{Tenant, Throttler};
+use slotring::throttle::{Tenant, ThrottleCounters, Throttler};
+use slotring::uring::UringCounters;
 
+use super::engines::Engines;
 use super::progress::Progress;
 use super::workers::Live;
 use super::{SAMPLE_PERIOD, lock};
@@ -79,6 +82,78 @@ impl Published {
             Err(e) => {
                 eprintln!("slotring: not serving /metrics: {}", crate::error_chain(&e));
                 None
+            }
+        }
+    }
+}
+
+/// Where a published sample comes from, besides the counters the caller
+/// read.
+pub(super) struct Source<'a> {
+    /// `local_read`.
+    pub read: &'a Throttler,
+    /// `local_write`.
+    pub write: &'a Throttler,
+    /// The probes, whose maps get the counters too.
+    pub bpf: Option<&'a SlotringBpf>,
+    /// The adaptive budget.
+    pub adaptive: Option<&'a AdaptiveBudget>,
+}
+
+impl Published {
+    /// Publish one sample: to the BPF maps and as the snapshot `/metrics`
+    /// renders (`read` is `source.read`'s counters, read by the caller
+    /// with the rest of its sample).
+    fn publish(
+        &self,
+        source: &Source<'_>,
+        read: ThrottleCounters,
+        slots: SlotsCounters,
+        uring: UringCounters,
+        tenants: Vec<TenantStat>,
+    ) {
+        let throttlers = vec![
+            NamedThrottler {
+                name: "local_read".into(),
+                counters: read,
+            },
+            NamedThrottler {
+                name: "local_write".into(),
+                counters: source.write.counters(),
+            },
+        ];
+        if let Some(b) = source.bpf {
+            for (i, th) in throttlers.iter().enumerate() {
+                let _ = b.publish_throttle(i as u32, &ThrottleStats::new(&th.name, &th.counters));
+            }
+            b.publish_slots(&slots);
+            b.publish_uring(&uring);
+        }
+        *lock(&self.0) = Snapshot {
+            throttlers,
+            slots,
+            uring,
+            kernel: source.bpf.and_then(kernel_snapshot),
+            tenants,
+            adaptive: source.adaptive.map(AdaptiveBudget::status),
+        };
+    }
+
+    /// Publish a sample every [`SAMPLE_PERIOD`] until `done()`: while the
+    /// data file is created, before the queries and their sampler exist.
+    pub fn until(
+        &self,
+        source: &Source<'_>,
+        cc: &ConcurrencyControl,
+        engines: &Engines,
+        done: &dyn Fn() -> bool,
+    ) {
+        loop {
+            let read = source.read.counters();
+            self.publish(source, read, cc.counters(), engines.total(), Vec::new());
+            let next = std::time::Instant::now() + SAMPLE_PERIOD;
+            if !super::waits::sleep_until(next, done) {
+                return;
             }
         }
     }
@@ -222,24 +297,6 @@ impl<'a> Sampler<'a> {
         timeline.leases_parked.push(slots.parked);
         timeline.budget.push(slots.budget_effective);
         self.out.peak_threads = self.out.peak_threads.max(process_threads());
-        // Publish: BPF maps and /metrics.
-        let throttlers = vec![
-            NamedThrottler {
-                name: "local_read".into(),
-                counters: rc,
-            },
-            NamedThrottler {
-                name: "local_write".into(),
-                counters: self.write.counters(),
-            },
-        ];
-        if let Some(b) = self.bpf {
-            for (i, th) in throttlers.iter().enumerate() {
-                let _ = b.publish_throttle(i as u32, &ThrottleStats::new(&th.name, &th.counters));
-            }
-            b.publish_slots(&slots);
-            b.publish_uring(&uring);
-        }
         // Counters only go up; the sampler is their only writer.
         let reads = &self.published.1;
         for (c, v) in [
@@ -248,17 +305,17 @@ impl<'a> Sampler<'a> {
         ] {
             c.inc_by(v.load(Ordering::Relaxed).saturating_sub(c.get()));
         }
-        *lock(&self.published.0) = Snapshot {
-            throttlers,
-            slots,
-            uring,
-            kernel: self.bpf.and_then(kernel_snapshot),
-            tenants: queries
-                .iter()
-                .filter_map(|q| q.tenant.as_ref().map(TenantStat::of))
-                .collect(),
-            adaptive: self.adaptive.map(AdaptiveBudget::status),
+        let tenants = queries
+            .iter()
+            .filter_map(|q| q.tenant.as_ref().map(TenantStat::of))
+            .collect();
+        let source = Source {
+            read: &live.read,
+            write: self.write,
+            bpf: self.bpf,
+            adaptive: self.adaptive,
         };
+        self.published.publish(&source, rc, slots, uring, tenants);
         self.progress.update(t, disk_rate, &slots);
     }
 

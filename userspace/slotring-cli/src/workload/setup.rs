@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use indicatif::ProgressBar;
-use slotring::bpf::{AdaptiveBudget, BpfConfig, SlotringBpf};
+use slotring::bpf::{AdaptiveBudget, BpfConfig, Owner, SlotringBpf};
 use slotring::slots::{AdaptiveConfig, ConcurrencyControl};
 use slotring::throttle::{ThrottlePtr, Throttler};
-use slotring::uring::UringFile;
+use slotring::uring::{UringError, UringFile};
 
 use super::RunError;
 use super::engines::Engines;
@@ -162,14 +162,14 @@ impl DataDir {
                 this.filesystem.name
             );
         }
-        let pid = std::process::id();
+        let me = Owner::current().map_err(|source| RunError::DataFile {
+            path: PathBuf::from("/proc/self/stat"),
+            op: "read (this run's start time, for the data file's name)",
+            source,
+        })?;
+        remove_stale_data_files(&dir, &meta, &me);
         for n in 0..NAME_TRIES {
-            let name = if n == 0 {
-                format!("slotring-data-{pid}.bin")
-            } else {
-                format!("slotring-data-{pid}-{n}.bin")
-            };
-            let path = dir.join(name);
+            let path = dir.join(data_file_name(&me, n));
             match OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -201,7 +201,7 @@ impl DataDir {
         }
         if this.file.is_none() {
             return Err(RunError::DataFile {
-                path: dir.join(format!("slotring-data-{pid}-*.bin")),
+                path: dir.join(format!("slotring-data-{}.{}-*.bin", me.pid, me.start_time)),
                 op: "create",
                 source: std::io::ErrorKind::AlreadyExists.into(),
             });
@@ -215,12 +215,19 @@ impl DataDir {
                 "removed at the end"
             }
         );
-        if !this.keep {
-            let (path, id) = (this.path.clone(), this.id);
-            this.abort = Some(crate::abort::register(move || {
-                let _ = remove_if_same(&path, id);
-            }));
-        }
+        let (path, id) = (this.path.clone(), this.id);
+        this.abort = Some(if this.keep {
+            crate::abort::register(move || Some(format!("data file {} kept", path.display())))
+        } else {
+            crate::abort::register(move || match remove_if_same(&path, id) {
+                Ok(true) => Some(format!("data file {} removed", path.display())),
+                Ok(false) => Some(format!(
+                    "not removing {}: it is no longer this run's data file",
+                    path.display()
+                )),
+                Err(e) => Some(format!("removing data file {}: {e}", path.display())),
+            })
+        });
         Ok(this)
     }
 
@@ -234,6 +241,111 @@ impl DataDir {
     pub fn size_now(&self) -> Option<u64> {
         let m = std::fs::symlink_metadata(&self.path).ok()?;
         (FileId::of(&m) == self.id).then_some(m.len())
+    }
+}
+
+/// The `n`th name `owner`'s run tries for its data file:
+/// `slotring-data-PID.START.bin`, then `slotring-data-PID.START-N.bin`
+/// (`START`: the process's start time, `/proc/PID/stat` field 22). The
+/// name records, atomically with the file's creation (`O_EXCL`), which run
+/// made it, by the same proof that pins use.
+fn data_file_name(owner: &Owner, n: u32) -> String {
+    let (pid, start) = (owner.pid, owner.start_time);
+    if n == 0 {
+        format!("slotring-data-{pid}.{start}.bin")
+    } else {
+        format!("slotring-data-{pid}.{start}-{n}.bin")
+    }
+}
+
+/// The run a [`data_file_name`] names (`None`: not such a name).
+fn data_file_owner(name: &str) -> Option<Owner> {
+    let rest = name.strip_prefix("slotring-data-")?.strip_suffix(".bin")?;
+    let (pid, rest) = rest.split_once('.')?;
+    let start = match rest.split_once('-') {
+        Some((start, n)) => {
+            n.parse::<u32>().ok().filter(|n| *n > 0)?;
+            start
+        }
+        None => rest,
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    (digits(pid) && digits(start)).then_some(())?;
+    Some(Owner {
+        pid: pid.parse().ok()?,
+        start_time: start.parse().ok()?,
+    })
+}
+
+/// Why a file named as a dead run's data file is not that run's (and is
+/// left alone), or `None` when it is: a regular file (not a symbolic
+/// link), on the directory's device (not mounted over the name), with one
+/// link, owned by this user, mode 0600, as `prepare` creates it.
+fn not_a_dead_runs_file(m: &std::fs::Metadata, dir: &std::fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let uid = nix::unistd::geteuid().as_raw();
+    if !m.file_type().is_file() {
+        Some("it is not a regular file".into())
+    } else if m.dev() != dir.dev() {
+        Some("it is on another device than its directory".into())
+    } else if m.nlink() != 1 {
+        Some(format!("it has {} links", m.nlink()))
+    } else if m.uid() != uid {
+        Some(format!("it belongs to uid {}, not {uid}", m.uid()))
+    } else if m.permissions().mode() & 0o7777 != 0o600 {
+        Some(format!(
+            "its mode is {:o}, not 600",
+            m.permissions().mode() & 0o7777
+        ))
+    } else {
+        None
+    }
+}
+
+/// Remove the data files in `dir` (whose metadata is `dir_meta`) that runs
+/// killed with `kill -9` left: named by [`data_file_name`] for a process
+/// that is provably gone (no such pid, or the pid now has another start
+/// time) and, by [`not_a_dead_runs_file`], as that run created it. Each
+/// removal is said on stderr, and so is each such name left alone. The
+/// file is checked by its path just before the unlink, which names the
+/// same file unless someone renames over it in between (in a directory
+/// only they and this user can write to).
+fn remove_stale_data_files(dir: &Path, dir_meta: &std::fs::Metadata, me: &Owner) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(owner) = name.to_str().and_then(data_file_owner) else {
+            continue;
+        };
+        if owner.pid == me.pid || !owner.liveness().is_stale() {
+            continue;
+        }
+        let path = e.path();
+        let Ok(m) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if let Some(why) = not_a_dead_runs_file(&m, dir_meta) {
+            eprintln!(
+                "slotring: leaving {}: named as the data file of process {} (gone), but {why}",
+                path.display(),
+                owner.pid
+            );
+            continue;
+        }
+        match remove_if_same(&path, FileId::of(&m)) {
+            Ok(true) => eprintln!(
+                "slotring: removed stale data file {} (its run, process {}, is gone)",
+                path.display(),
+                owner.pid
+            ),
+            Ok(false) => {}
+            Err(e) => eprintln!(
+                "slotring: warning: removing the stale data file {}: {e}",
+                path.display()
+            ),
+        }
     }
 }
 
@@ -410,12 +522,18 @@ fn abort_unpins(
         dirs.clear();
     }
     Some(crate::abort::register(move || {
-        for p in &pins {
-            let _ = std::fs::remove_file(p);
-        }
+        let removed = pins
+            .iter()
+            .filter(|p| std::fs::remove_file(p).is_ok())
+            .count();
         for d in &dirs {
             let _ = std::fs::remove_dir(d);
         }
+        Some(format!(
+            "pins removed from {} ({removed} of {})",
+            dir.display(),
+            pins.len()
+        ))
     }))
 }
 
@@ -447,14 +565,17 @@ pub(super) fn adaptive_budget(
 
 /// Create the data file at `path` through an engine from `engines`,
 /// charged to `write`, then `fsync` it, evict it from the page cache and
-/// turn readahead off.
+/// turn readahead off. Every wait looks at `stop`: a bucket's debt is paid
+/// in slices ([`super::waits::pay_debt`]), and the engine's paced write
+/// looks at the flag at each of its waits (its pieces' turns, the catch-up
+/// pacer, room under the writeback cap), whatever the write limit.
 pub(super) fn create_data_file(
     cfg: &RunConfig,
     f: File,
     path: &Path,
     write: &Arc<Throttler>,
     engines: &Engines,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
     bar: &ProgressBar,
 ) -> Result<Arc<UringFile>, RunError> {
     let failed = |op: &'static str| {
@@ -468,6 +589,12 @@ pub(super) fn create_data_file(
     let write_ptr: ThrottlePtr = write.clone();
     let stopping = || stop.load(Ordering::Relaxed);
     let (id, mut engine) = engines.open();
+    // Both of the library's engines honour the flag.
+    let honoured = engine.cancel_paced_writes_on(stop.clone());
+    debug_assert!(honoured, "{} ignores the stop flag", engine.kind());
+    let interrupted = || RunError::Interrupted {
+        path: path.to_owned(),
+    };
     let chunk = 1usize << 20;
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut buf = vec![0u8; chunk];
@@ -475,9 +602,7 @@ pub(super) fn create_data_file(
     while off < cfg.file_size {
         super::waits::pay_debt(write, &stopping);
         if stopping() {
-            return Err(RunError::Interrupted {
-                path: path.to_owned(),
-            });
+            return Err(interrupted());
         }
         let n = chunk.min((cfg.file_size - off) as usize);
         buf.resize(n, 0);
@@ -491,13 +616,22 @@ pub(super) fn create_data_file(
         }
         let (r, b) = engine.write_at(&file, buf, off, Some(&write_ptr), MAX_BLOCK);
         buf = b;
-        let written = r.map_err(|source| RunError::DataFileWrite {
-            path: path.to_owned(),
-            offset: off,
-            source,
-        })?;
+        let written = match r {
+            Ok(n) => n,
+            Err(UringError::Cancelled) => return Err(interrupted()),
+            Err(source) => {
+                return Err(RunError::DataFileWrite {
+                    path: path.to_owned(),
+                    offset: off,
+                    source,
+                });
+            }
+        };
         off += written as u64;
         bar.set_position(off);
+        // `/metrics` and the BPF maps show the engine's counters as the
+        // file grows.
+        engines.record(id, engine.counters());
     }
     engines.record(id, engine.counters());
     file.file().sync_all().map_err(failed("fsync"))?;

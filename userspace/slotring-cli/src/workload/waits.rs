@@ -9,11 +9,15 @@
 //! the CPU lease parked, and no IO starts once stopping: the throttler's
 //! rate holds however small it is. Requests already queued in a
 //! throttler's fair gate when the run stops drain one booking (at most
-//! `MAX_BLOCK`) each.
+//! `MAX_BLOCK`) each. The data file's paced write waits inside the engine
+//! for each piece's turn and the catch-up pacer, looking at the stop flag
+//! every [`CANCEL_POLL`] (`IoEngine::cancel_paced_writes_on`), at most a
+//! slice.
 
 use std::time::{Duration, Instant};
 
 use slotring::throttle::{NANO_PER_TOKEN, Throttler, park_current_lease};
+use slotring::uring::CANCEL_POLL;
 
 use super::setup::MAX_BLOCK;
 
@@ -25,6 +29,7 @@ pub(super) const STOP_SLICE: Duration = Duration::from_millis(50);
 pub const STOP_BOUND: Duration = Duration::from_millis(200);
 
 const _: () = assert!(STOP_SLICE.as_nanos() + MAX_BLOCK.as_nanos() <= STOP_BOUND.as_nanos());
+const _: () = assert!(CANCEL_POLL.as_nanos() <= STOP_SLICE.as_nanos());
 
 /// Sleep until `deadline` or until `stopping()`; whether the deadline was
 /// reached.
