@@ -43,6 +43,7 @@ mod park;
 mod sync;
 mod throttler;
 mod wait;
+mod workload;
 
 pub use bucket::{MAX_DEBT_NANO, MAX_RATE};
 #[cfg(any(feature = "test-util", test, loom))]
@@ -62,6 +63,12 @@ pub use throttler::{
     ThrottlerBuilder, UNLIMITED_BLOCK, add_throttler,
 };
 pub use wait::{BlockingWait, WaitStrategy, default_wait, install_default_wait};
+pub use workload::{
+    DEFAULT_TAU as WORKLOAD_DEFAULT_TAU, MAX_DEPTH as WORKLOAD_MAX_DEPTH,
+    MAX_WEIGHT as WORKLOAD_MAX_WEIGHT, PRIORITIES as WORKLOAD_PRIORITIES, Permit, Request,
+    Resource, Workload, WorkloadError, WorkloadScheduler, WorkloadSchedulerBuilder, WorkloadSpec,
+    WorkloadTree,
+};
 
 /// Nano-tokens per token: [`Throttler::tokens_nano`] is in these units.
 pub const NANO_PER_TOKEN: i128 = 1_000_000_000;

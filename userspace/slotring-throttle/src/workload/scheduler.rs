@@ -1,0 +1,730 @@
+//! The concurrent scheduler: the tree's core behind one mutex, a lock-free
+//! path for requests that find nothing queued on their way to the root,
+//! wakers for the ones that queue, and permits that give in-flight places
+//! back at completion.
+//!
+//! # The lock-free path
+//!
+//! A request at leaf `L` first reads, on every node of `L`'s path, how many
+//! requests queue in that node's subtree. If none does, the fair and
+//! priority order has nothing to decide, and the request takes its
+//! in-flight places (compare-and-swap against each limit) and is charged to
+//! each cap (the cap's own charge-then-check) without any lock. A refusal
+//! anywhere gives back what was taken and the request queues under the lock.
+//! Two requests racing there may both pass a `queued == 0` check that a third
+//! is about to change: each overtakes at most the requests queued during its
+//! own few instructions, and every limit holds regardless (the in-flight
+//! limits and the caps are enforced by their own atomics).
+//!
+//! # Hand-over
+//!
+//! Whoever holds the lock pulls requests from the root while any is
+//! eligible: a request that queues, a completion that finds a queue behind
+//! one of its in-flight limits, a cancellation, a live change, or the
+//! *timekeeper*'s re-poll. A dispatched request's charges are made at that
+//! moment, its permit is left in its slot and its waker woken; its own poll
+//! picks the permit up, with the delay that remains of its booking. Time
+//! makes no event, so while requests wait only for caps' debts, exactly one
+//! queued request (RocksDB's one thread that waits for the refill) is told
+//! when to re-poll ([`Request::retry_after`]); when it leaves the queue the
+//! role passes to another queued request, which is woken to take it.
+//!
+//! # Memory ordering
+//!
+//! The `queued` counts and the in-flight counts are `SeqCst` on both sides
+//! (see the `inflight` module): a queuing request publishes its count before
+//! it reads the limits, a completion gives its place back before it reads the
+//! count, so one of them always sees the other and no wake-up is lost.
+//! Everything else the order depends on is under the mutex.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use super::core::{Booked, Tree};
+use super::node::{NodeShared, cap_error};
+use super::spec::WorkloadTree;
+use super::{DEFAULT_TAU, Resource, WorkloadError};
+use crate::clock::{ClampState, Clock, MonotonicClock};
+use crate::sync::{Mutex, Ordering, lock};
+
+/// A queued request's place, as the dispatch leaves it.
+#[derive(Debug)]
+enum Slot {
+    Queued { leaf: usize, waker: Option<Waker> },
+    Granted { at: u64, booked: Booked },
+    Failed(WorkloadError),
+}
+
+#[derive(Debug)]
+struct State {
+    tree: Tree,
+    spec: WorkloadTree,
+    slots: HashMap<u64, Slot>,
+    next_id: u64,
+    /// The queued request told to re-poll, and when.
+    timekeeper: Option<(u64, u64)>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    clock: Arc<dyn Clock>,
+    clamp: Option<ClampState>,
+    tau_ns: u64,
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn now(&self) -> u64 {
+        let t = self.clock.now_ns();
+        match &self.clamp {
+            Some(c) => c.clamp(t),
+            None => t,
+        }
+    }
+
+    /// Dispatch everything eligible at `now`; the wakers to wake once the
+    /// lock is dropped.
+    fn pump(st: &mut State, now: u64, wake: &mut Vec<Waker>) {
+        while let Some(d) = st.tree.dispatch(now) {
+            let slot = match d.outcome {
+                Ok(booked) => Slot::Granted { at: now, booked },
+                Err(e) => Slot::Failed(e),
+            };
+            if let Some(Slot::Queued {
+                waker: Some(w), ..
+            }) = st.slots.insert(d.id, slot)
+            {
+                wake.push(w);
+            }
+        }
+    }
+
+    /// Keep exactly one queued request timing the sleeping caps, preferring
+    /// `me`; wake the one chosen if it is another.
+    fn keep_time(st: &mut State, me: Option<u64>, wake: &mut Vec<Waker>) {
+        let Some(at) = st.tree.next_wake() else {
+            st.timekeeper = None;
+            return;
+        };
+        let queued = |st: &State, id: u64| matches!(st.slots.get(&id), Some(Slot::Queued { .. }));
+        if let Some((t, t_at)) = st.timekeeper
+            && t_at <= at
+            && queued(st, t)
+        {
+            return;
+        }
+        let chosen = match me {
+            Some(id) if queued(st, id) => Some(id),
+            _ => st
+                .slots
+                .iter()
+                .find(|(_, s)| matches!(s, Slot::Queued { .. }))
+                .map(|(&id, _)| id),
+        };
+        st.timekeeper = chosen.map(|id| (id, at));
+        if let Some(id) = chosen
+            && Some(id) != me
+            && let Some(Slot::Queued { waker: Some(w), .. }) = st.slots.get(&id)
+        {
+            wake.push(w.clone());
+        }
+    }
+
+    /// Give back the in-flight places `mask` took on `path`; if a queue
+    /// waits behind one of them, hand it on under the lock.
+    fn release(&self, path: &[Arc<NodeShared>], mask: u64, cost: u64) {
+        let mut behind = false;
+        for (k, n) in path.iter().enumerate() {
+            if mask & (1 << k) != 0 {
+                n.inflight.release(cost);
+            }
+        }
+        for (k, n) in path.iter().enumerate() {
+            if mask & (1 << k) != 0 && n.queued.load(Ordering::SeqCst) > 0 {
+                behind = true;
+            }
+        }
+        if !behind {
+            return;
+        }
+        let mut wake = Vec::new();
+        {
+            let mut st = lock(&self.state);
+            let now = self.now();
+            let nodes: Vec<usize> = path
+                .iter()
+                .enumerate()
+                .filter(|(k, n)| mask & (1 << k) != 0 && !n.removed.load(Ordering::SeqCst))
+                .map(|(_, n)| n.index())
+                .collect();
+            st.tree.released(&nodes, now);
+            Self::pump(&mut st, now, &mut wake);
+            Self::keep_time(&mut st, None, &mut wake);
+        }
+        wake.into_iter().for_each(Waker::wake);
+    }
+}
+
+/// Builder for [`WorkloadScheduler`]; see [`WorkloadScheduler::builder`].
+#[derive(Debug)]
+pub struct WorkloadSchedulerBuilder {
+    tree: WorkloadTree,
+    resource: Resource,
+    clock: Option<Arc<dyn Clock>>,
+    tau: Duration,
+}
+
+impl WorkloadSchedulerBuilder {
+    /// The clock (default: the process's [`MonotonicClock`]).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The booking horizon and catch-up bound τ (default [`DEFAULT_TAU`],
+    /// at most [`crate::MAX_TAU`]).
+    pub fn tau(mut self, tau: Duration) -> Self {
+        self.tau = tau;
+        self
+    }
+
+    /// Build it: every cap's bucket starts full.
+    pub fn build(self) -> Result<WorkloadScheduler, WorkloadError> {
+        if self.tau > crate::MAX_TAU {
+            return Err(WorkloadError::Tau {
+                tau_ns: self.tau.as_nanos(),
+                max_ns: crate::MAX_TAU.as_nanos(),
+            });
+        }
+        let clock = self.clock.unwrap_or_else(MonotonicClock::shared);
+        let clamp = (!clock.never_steps_back()).then(ClampState::new);
+        let tau_ns = u64::try_from(self.tau.as_nanos()).unwrap_or(u64::MAX);
+        let shared = Shared {
+            clamp,
+            tau_ns,
+            state: Mutex::new(State {
+                tree: Tree::build(&self.tree, self.resource, tau_ns, clock.now_ns(), None)?,
+                spec: self.tree,
+                slots: HashMap::new(),
+                next_id: 0,
+                timekeeper: None,
+            }),
+            clock,
+        };
+        Ok(WorkloadScheduler {
+            shared: Arc::new(shared),
+        })
+    }
+}
+
+/// One resource (a disk's bytes and IOs, or CPU slots) scheduled by a
+/// workload tree. Cheap to clone; clones are the same scheduler.
+#[derive(Debug, Clone)]
+pub struct WorkloadScheduler {
+    shared: Arc<Shared>,
+}
+
+impl WorkloadScheduler {
+    /// A scheduler of `resource` by `tree`, on the process's clock.
+    pub fn new(tree: &WorkloadTree, resource: Resource) -> Result<Self, WorkloadError> {
+        Self::builder(tree, resource).build()
+    }
+
+    /// A builder (clock, τ).
+    pub fn builder(tree: &WorkloadTree, resource: Resource) -> WorkloadSchedulerBuilder {
+        WorkloadSchedulerBuilder {
+            tree: tree.clone(),
+            resource,
+            clock: None,
+            tau: DEFAULT_TAU,
+        }
+    }
+
+    /// The leaf workload `name`, where its requests enter.
+    pub fn workload(&self, name: &str) -> Result<Workload, WorkloadError> {
+        let st = lock(&self.shared.state);
+        let i = st.tree.find(name).ok_or_else(|| WorkloadError::Unknown {
+            node: name.to_owned(),
+        })?;
+        let node = st.tree.shared(i).clone();
+        if !node.leaf.load(Ordering::SeqCst) {
+            return Err(WorkloadError::NotALeaf {
+                node: name.to_owned(),
+            });
+        }
+        let path = st.tree.path(i).into_iter().map(|j| st.tree.shared(j).clone());
+        Ok(Workload {
+            inner: Arc::new(LeafInner {
+                sched: self.shared.clone(),
+                path: path.collect(),
+                node,
+            }),
+        })
+    }
+
+    /// Change the tree live (weights, priorities, caps, in-flight limits,
+    /// workloads added or removed) while requests queue: none is lost or
+    /// charged twice. Refused, changing nothing, if it would remove a
+    /// workload or give children to a leaf while requests queue there
+    /// ([`WorkloadError::Busy`]) or move a workload to another parent
+    /// ([`WorkloadError::Reparent`]). A removed workload's requests in flight
+    /// complete as usual (a drain); new ones get [`WorkloadError::Removed`].
+    pub fn update(&self, tree: &WorkloadTree) -> Result<(), WorkloadError> {
+        let mut wake = Vec::new();
+        {
+            let mut st = lock(&self.shared.state);
+            let st = &mut *st;
+            let now = self.shared.now();
+            let resource = st.tree.resource();
+            let new = Tree::build(tree, resource, self.shared.tau_ns, now, Some(&mut st.tree))?;
+            st.tree = new;
+            st.spec = tree.clone();
+            for (id, leaf) in st.tree.pending() {
+                if let Some(Slot::Queued { leaf: l, .. }) = st.slots.get_mut(&id) {
+                    *l = leaf;
+                }
+            }
+            Shared::pump(st, now, &mut wake);
+            Shared::keep_time(st, None, &mut wake);
+        }
+        wake.into_iter().for_each(Waker::wake);
+        Ok(())
+    }
+
+    /// The tree in force.
+    pub fn tree(&self) -> WorkloadTree {
+        lock(&self.shared.state).spec.clone()
+    }
+
+    /// Requests queued in the whole tree.
+    pub fn queued(&self) -> u64 {
+        lock(&self.shared.state).tree.queued()
+    }
+
+    /// Requests queued in `name`'s subtree.
+    pub fn queued_at(&self, name: &str) -> Result<u64, WorkloadError> {
+        let st = lock(&self.shared.state);
+        let i = st.tree.find(name).ok_or_else(|| WorkloadError::Unknown {
+            node: name.to_owned(),
+        })?;
+        Ok(st.tree.backlog(i))
+    }
+
+    /// Requests and bytes in flight through `name` (counted where it has an
+    /// in-flight limit; `(0, 0)` elsewhere).
+    pub fn in_flight(&self, name: &str) -> Result<(u64, u64), WorkloadError> {
+        self.with_node(name, |n| n.inflight.counts())
+    }
+
+    /// Tokens in `name`'s byte cap now, nano-tokens (`None`: no cap).
+    pub fn cap_tokens_nano(&self, name: &str) -> Result<Option<i128>, WorkloadError> {
+        let now = self.shared.now();
+        self.with_node(name, |n| n.bytes.tokens_nano(now))
+    }
+
+    fn with_node<R>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&NodeShared) -> R,
+    ) -> Result<R, WorkloadError> {
+        let st = lock(&self.shared.state);
+        let i = st.tree.find(name).ok_or_else(|| WorkloadError::Unknown {
+            node: name.to_owned(),
+        })?;
+        Ok(f(st.tree.shared(i)))
+    }
+}
+
+#[derive(Debug)]
+struct LeafInner {
+    sched: Arc<Shared>,
+    node: Arc<NodeShared>,
+    /// The leaf first, the root last (fixed: a live change never moves a
+    /// workload).
+    path: Box<[Arc<NodeShared>]>,
+}
+
+/// A leaf workload of a [`WorkloadScheduler`]: where its requests enter.
+/// Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    inner: Arc<LeafInner>,
+}
+
+impl Workload {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.inner.node.name
+    }
+
+    fn check(&self) -> Result<(), WorkloadError> {
+        let n = &self.inner.node;
+        if n.removed.load(Ordering::SeqCst) {
+            return Err(WorkloadError::Removed {
+                node: n.name.clone(),
+            });
+        }
+        if !n.leaf.load(Ordering::SeqCst) {
+            return Err(WorkloadError::NotALeaf {
+                node: n.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The lock-free path (see the module docs): `None` if a level queues
+    /// or refuses.
+    fn fast(&self, cost: u64, now: u64) -> Result<Option<Booked>, WorkloadError> {
+        let path = &self.inner.path;
+        if path.iter().any(|n| n.queued.load(Ordering::SeqCst) != 0) {
+            return Ok(None);
+        }
+        let mut mask = 0u64;
+        for (k, n) in path.iter().enumerate() {
+            if n.inflight.limited() {
+                if !n.inflight.try_acquire(cost) {
+                    self.inner.sched.release(path, mask, cost);
+                    return Ok(None);
+                }
+                mask |= 1 << k;
+            }
+        }
+        let tau = self.inner.sched.tau_ns;
+        let mut delay_ns = 0;
+        // Bit `k` of each: that cap of the `k`-th node was charged.
+        let (mut bytes_done, mut ops_done) = (0u64, 0u64);
+        for (k, n) in path.iter().enumerate() {
+            for ops in [false, true] {
+                let (cap, c) = if ops { (&n.ops, 1) } else { (&n.bytes, cost) };
+                match cap.admit(c, now, tau) {
+                    Ok(super::cap::Admit::Charged { delay_ns: d }) => {
+                        delay_ns = delay_ns.max(d);
+                        *(if ops { &mut ops_done } else { &mut bytes_done }) |= 1 << k;
+                    }
+                    refused => {
+                        for (j, m) in path.iter().enumerate() {
+                            if bytes_done & (1 << j) != 0 {
+                                m.bytes.refund(cost, now);
+                            }
+                            if ops_done & (1 << j) != 0 {
+                                m.ops.refund(1, now);
+                            }
+                        }
+                        self.inner.sched.release(path, mask, cost);
+                        return match refused {
+                            Err(e) => Err(cap_error(&n.name, e, c)),
+                            _ => Ok(None),
+                        };
+                    }
+                }
+            }
+        }
+        Ok(Some(Booked {
+            cost,
+            delay_ns,
+            mask,
+        }))
+    }
+
+    fn permit(&self, booked: Booked, delay_ns: u64, waited: bool) -> Permit {
+        Permit {
+            delay_ns,
+            waited,
+            hold: (booked.mask != 0).then(|| Hold {
+                workload: self.clone(),
+                mask: booked.mask,
+                cost: booked.cost,
+            }),
+        }
+    }
+
+    /// A permit for `cost` now if nothing queues on this workload's path and
+    /// every level admits it (the lock-free path); `None` otherwise.
+    pub fn try_acquire(&self, cost: u64) -> Result<Option<Permit>, WorkloadError> {
+        self.check()?;
+        let now = self.inner.sched.now();
+        Ok(self
+            .fast(cost, now)?
+            .map(|b| self.permit(b, b.delay_ns, false)))
+    }
+
+    /// A request of `cost` (bytes for a disk; 1 per CPU slot) to poll
+    /// without blocking.
+    pub fn request(&self, cost: u64) -> Request {
+        Request {
+            workload: self.clone(),
+            cost,
+            state: RequestState::Idle,
+            retry_in_ns: None,
+        }
+    }
+
+    /// Wait for a permit for `cost`, the calling thread blocked (its CPU
+    /// lease parked) while the request queues.
+    pub fn acquire(&self, cost: u64) -> Result<Permit, WorkloadError> {
+        let mut req = self.request(cost);
+        let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        if let Poll::Ready(r) = req.poll(&mut cx) {
+            return r;
+        }
+        let _parked = crate::park::park_current_lease();
+        loop {
+            match req.retry_after() {
+                Some(d) => std::thread::park_timeout(d.clamp(
+                    Duration::from_micros(10),
+                    Duration::from_secs(1),
+                )),
+                None => std::thread::park(),
+            }
+            if let Poll::Ready(r) = req.poll(&mut cx) {
+                return r;
+            }
+        }
+    }
+}
+
+/// Unparks a blocked thread.
+#[derive(Debug)]
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RequestState {
+    /// Not polled yet.
+    Idle,
+    /// In a leaf queue (or dispatched, its permit in its slot).
+    Queued(u64),
+    /// Its permit (or error) was returned.
+    Done,
+}
+
+/// A request's way through the tree without blocking: poll it with
+/// [`Request::poll`] until ready. Knows nothing of any runtime: a queued
+/// request is woken through its waker when it is dispatched; the one
+/// timing the caps' debts is also told [`Request::retry_after`]. Dropping
+/// it while queued takes it out of its leaf's queue: it charged nothing,
+/// and the request behind it moves up (if it was dispatched but not yet
+/// picked up, its in-flight places are given back; its caps' charges were
+/// made at its turn and stay).
+#[derive(Debug)]
+pub struct Request {
+    workload: Workload,
+    cost: u64,
+    state: RequestState,
+    retry_in_ns: Option<u64>,
+}
+
+impl Request {
+    /// Poll for the permit. Ready with it (or an error); `Pending` while
+    /// queued. Do not poll again once ready.
+    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit, WorkloadError>> {
+        self.retry_in_ns = None;
+        let wl = self.workload.clone();
+        let sched = &wl.inner.sched;
+        let id = match self.state {
+            RequestState::Done => panic!("a workload request polled after it was ready"),
+            RequestState::Queued(id) => id,
+            RequestState::Idle => {
+                if let Err(e) = wl.check() {
+                    self.state = RequestState::Done;
+                    return Poll::Ready(Err(e));
+                }
+                match wl.fast(self.cost, sched.now()) {
+                    Ok(Some(b)) => {
+                        self.state = RequestState::Done;
+                        return Poll::Ready(Ok(wl.permit(b, b.delay_ns, false)));
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        self.state = RequestState::Done;
+                        return Poll::Ready(Err(e));
+                    }
+                }
+                let mut wake = Vec::new();
+                let mut st = lock(&sched.state);
+                if let Err(e) = wl.check() {
+                    self.state = RequestState::Done;
+                    return Poll::Ready(Err(e));
+                }
+                let id = st.next_id;
+                st.next_id += 1;
+                let leaf = wl.inner.node.index();
+                st.slots.insert(
+                    id,
+                    Slot::Queued {
+                        leaf,
+                        waker: Some(cx.waker().clone()),
+                    },
+                );
+                let now = sched.now();
+                st.tree.push(leaf, id, self.cost, now);
+                Shared::pump(&mut st, now, &mut wake);
+                self.state = RequestState::Queued(id);
+                let r = self.settle(&mut st, id, now, cx, &mut wake);
+                drop(st);
+                wake.into_iter().for_each(Waker::wake);
+                return r;
+            }
+        };
+        let mut wake = Vec::new();
+        let mut st = lock(&sched.state);
+        let now = sched.now();
+        Shared::pump(&mut st, now, &mut wake);
+        let r = self.settle(&mut st, id, now, cx, &mut wake);
+        drop(st);
+        wake.into_iter().for_each(Waker::wake);
+        r
+    }
+
+    /// After a dispatch round: the permit if it came, else keep the waker.
+    fn settle(
+        &mut self,
+        st: &mut State,
+        id: u64,
+        now: u64,
+        cx: &mut Context<'_>,
+        wake: &mut Vec<Waker>,
+    ) -> Poll<Result<Permit, WorkloadError>> {
+        match st.slots.get_mut(&id) {
+            Some(Slot::Queued { waker, .. }) => {
+                match waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => *waker = Some(cx.waker().clone()),
+                }
+                Shared::keep_time(st, Some(id), wake);
+                if let Some((t, at)) = st.timekeeper
+                    && t == id
+                {
+                    self.retry_in_ns = Some(at.saturating_sub(now));
+                }
+                Poll::Pending
+            }
+            _ => {
+                let slot = st.slots.remove(&id).expect("a queued request has a slot");
+                self.state = RequestState::Done;
+                if st.timekeeper.is_some_and(|(t, _)| t == id) {
+                    st.timekeeper = None;
+                }
+                Shared::keep_time(st, None, wake);
+                match slot {
+                    Slot::Granted { at, booked } => {
+                        let left = at.saturating_add(booked.delay_ns).saturating_sub(now);
+                        Poll::Ready(Ok(self.workload.permit(booked, left, true)))
+                    }
+                    Slot::Failed(e) => Poll::Ready(Err(e)),
+                    Slot::Queued { .. } => unreachable!("matched above"),
+                }
+            }
+        }
+    }
+
+    /// After a `Pending` poll: whether this request times the caps' debts,
+    /// and how long from that poll to re-poll (nothing else wakes it then).
+    /// `None`: it is woken when it may go.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_in_ns.map(Duration::from_nanos)
+    }
+
+    /// Whether it waits in a queue.
+    pub fn is_queued(&self) -> bool {
+        matches!(self.state, RequestState::Queued(_))
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        let RequestState::Queued(id) = self.state else {
+            return;
+        };
+        let inner = &self.workload.inner;
+        let sched = &inner.sched;
+        let mut wake = Vec::new();
+        {
+            let mut st = lock(&sched.state);
+            let now = sched.now();
+            match st.slots.remove(&id) {
+                Some(Slot::Queued { leaf, .. }) => {
+                    st.tree.cancel(leaf, id, now);
+                }
+                Some(Slot::Granted { booked, .. }) => {
+                    let mut nodes = Vec::new();
+                    for (k, n) in inner.path.iter().enumerate() {
+                        if booked.mask & (1 << k) != 0 {
+                            n.inflight.release(booked.cost);
+                            if !n.removed.load(Ordering::SeqCst) {
+                                nodes.push(n.index());
+                            }
+                        }
+                    }
+                    st.tree.released(&nodes, now);
+                }
+                _ => {}
+            }
+            if st.timekeeper.is_some_and(|(t, _)| t == id) {
+                st.timekeeper = None;
+            }
+            Shared::pump(&mut st, now, &mut wake);
+            Shared::keep_time(&mut st, None, &mut wake);
+        }
+        wake.into_iter().for_each(Waker::wake);
+    }
+}
+
+#[derive(Debug)]
+struct Hold {
+    workload: Workload,
+    mask: u64,
+    cost: u64,
+}
+
+/// A dispatched request: it may start after [`Permit::delay`] (its booking
+/// on the caps; an engine waits it in a timeout SQE) and holds its in-flight
+/// places until it drops (the completion).
+#[must_use = "the in-flight places are given back when the permit drops"]
+#[derive(Debug)]
+pub struct Permit {
+    delay_ns: u64,
+    waited: bool,
+    hold: Option<Hold>,
+}
+
+impl Permit {
+    /// How long from the call that returned it until the request may start.
+    pub fn delay(&self) -> Duration {
+        Duration::from_nanos(self.delay_ns)
+    }
+
+    /// [`Permit::delay`] in ns.
+    pub fn delay_ns(&self) -> u64 {
+        self.delay_ns
+    }
+
+    /// Whether the request queued for its turn.
+    pub fn waited(&self) -> bool {
+        self.waited
+    }
+
+    /// The request completed: give its in-flight places back (as dropping
+    /// it does).
+    pub fn complete(self) {}
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        if let Some(h) = self.hold.take() {
+            let inner = &h.workload.inner;
+            inner.sched.release(&inner.path, h.mask, h.cost);
+        }
+    }
+}
