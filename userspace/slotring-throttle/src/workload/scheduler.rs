@@ -113,6 +113,11 @@ impl Shared {
             && t_at <= at
             && queued(st, t)
         {
+            // It re-polls by `t_at`; when it is the one polling now, it is
+            // told the new time.
+            if me == Some(t) {
+                st.timekeeper = Some((t, at));
+            }
             return;
         }
         let chosen = match me {
@@ -440,14 +445,16 @@ impl Workload {
         }
     }
 
-    /// A permit for `cost` now if nothing queues on this workload's path and
-    /// every level admits it (the lock-free path); `None` otherwise.
+    /// A permit for `cost` if one can be had without waiting: the lock-free
+    /// path when nothing queues on this workload's path, else one dispatch
+    /// round under the lock (a request polled once, and dropped if it
+    /// would queue: it charges nothing then).
     pub fn try_acquire(&self, cost: u64) -> Result<Option<Permit>, WorkloadError> {
-        self.check()?;
-        let now = self.inner.sched.now();
-        Ok(self
-            .fast(cost, now)?
-            .map(|b| self.permit(b, b.delay_ns, false)))
+        let mut r = self.request(cost);
+        match r.poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(p) => p.map(Some),
+            Poll::Pending => Ok(None),
+        }
     }
 
     /// A request of `cost` (bytes for a disk; 1 per CPU slot) to poll
