@@ -19,8 +19,10 @@
 //! and costs `O(depth · log siblings)`.
 //!
 //! A node blocked by its in-flight bytes was blocked for the request its
-//! subtree offered; a push into the subtree or a cancellation may change
-//! that request, so both wake it to be tried again.
+//! subtree offered; a push into the subtree, a cancellation or a child's
+//! change of activity may change that request, so each wakes it to be tried
+//! again (each failed try blocks the node that refused, so a dispatch round
+//! ends).
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -340,6 +342,14 @@ impl Tree {
                 }
                 self.nodes[i].vr = vr;
                 self.nodes[i].in_parent = a;
+                // What the parent's subtree offers next changed: if its
+                // in-flight bytes refused the old offer, try the new one.
+                if self.nodes[p].blocked == Blocked::InFlight {
+                    self.nodes[p].blocked = Blocked::Open;
+                    if !self.nodes[p].shared.inflight.may_admit() {
+                        self.nodes[p].blocked = Blocked::InFlight;
+                    }
+                }
             }
             i = p;
         }
