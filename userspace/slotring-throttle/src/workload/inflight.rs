@@ -10,10 +10,11 @@
 //!
 //! * fewer than `max_io_requests` are in flight: never more, under any
 //!   interleaving (a compare-and-swap against the limit);
-//! * its bytes fit: `in_flight + cost <= max_bytes_inflight`, or nothing is
-//!   in flight (a request larger than the limit runs alone rather than
-//!   never). ClickHouse admits while `in_flight < max`, which lets the bytes
-//!   exceed the limit by one request; here they never do.
+//! * its bytes fit: `in_flight + cost <= max_bytes_inflight`, or no bytes
+//!   are in flight (a request larger than the limit runs with no other bytes
+//!   beside it rather than never; empty requests may). ClickHouse admits
+//!   while `in_flight < max`, which lets the bytes exceed the limit by any
+//!   request at any time; here only that one request can.
 //!
 //! A node that refuses is *blocked* until a completion (or a change of what
 //! its subtree offers next): it leaves its parent's set of active children,

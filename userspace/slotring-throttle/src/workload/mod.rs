@@ -40,7 +40,7 @@
 //! * **In-flight limits** count requests and bytes submitted and not yet
 //!   complete: requests never exceed `max_io_requests`; bytes never exceed
 //!   `max_bytes_inflight`, except that one request larger than it runs
-//!   alone. The completion (the [`Permit`] dropping) gives the places back
+//!   with no other bytes in flight. The completion (the [`Permit`] dropping) gives the places back
 //!   and hands them to whoever queues behind them.
 //! * **Work-conserving otherwise**: only a cap or an in-flight limit makes a
 //!   request wait. When nothing binds, every request goes at once; when
