@@ -152,7 +152,9 @@ impl Cap {
                     }));
                 }
                 let eligible_at = now.saturating_add(ns_for(-(before + horizon), c.rate));
-                if b.bucket.refund(cost, now) < u128::from(cost) * NANO as u128 {
+                if b.bucket.refund(cost, now) < u128::from(cost) * NANO as u128
+                    && b.retired.load(Ordering::Acquire)
+                {
                     // Frozen between the charge and the refund: the charge
                     // moved to the new bucket, so must the refund.
                     self.refund_after_retire(cost, now);
@@ -166,10 +168,16 @@ impl Cap {
         }
     }
 
-    /// Give back a charge made at `now` (a later level refused the request).
+    /// Give back a charge (a later level refused the request, or its permit
+    /// was never picked up), never past the burst.
     pub(crate) fn refund(&self, cost: u64, now: u64) {
         let short = self.cell.with(|b| match b {
-            Some(b) => b.bucket.refund(cost, now) < u128::from(cost) * NANO as u128,
+            // Short because the bucket was frozen by a live change (a full
+            // bucket also takes less, and then nothing more is owed).
+            Some(b) => {
+                b.bucket.refund(cost, now) < u128::from(cost) * NANO as u128
+                    && b.retired.load(Ordering::Acquire)
+            }
             None => false,
         });
         if short {

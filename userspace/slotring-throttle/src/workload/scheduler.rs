@@ -521,9 +521,8 @@ enum RequestState {
 /// request is woken through its waker when it is dispatched; the one
 /// timing the caps' debts is also told [`Request::retry_after`]. Dropping
 /// it while queued takes it out of its leaf's queue: it charged nothing,
-/// and the request behind it moves up (if it was dispatched but not yet
-/// picked up, its in-flight places are given back; its caps' charges were
-/// made at its turn and stay).
+/// and the request behind it moves up (if it was dispatched but its permit
+/// not yet picked up, its charges and in-flight places are given back).
 #[derive(Debug)]
 pub struct Request {
     workload: Workload,
@@ -665,7 +664,14 @@ impl Drop for Request {
                     st.tree.cancel(leaf, id, now);
                 }
                 Some(Slot::Granted { booked, .. }) => {
+                    // Dispatched, but its caller never saw the permit: the IO
+                    // never happens, so its charges go back (never past a
+                    // bucket's burst) with its in-flight places.
                     let mut nodes = Vec::new();
+                    for n in inner.path.iter() {
+                        n.bytes.refund(booked.cost, now);
+                        n.ops.refund(1, now);
+                    }
                     for (k, n) in inner.path.iter().enumerate() {
                         if booked.mask & (1 << k) != 0 {
                             n.inflight.release(booked.cost);
