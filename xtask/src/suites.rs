@@ -8,6 +8,7 @@ use anyhow::Result;
 pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("throttle", ("slotring-throttle", "throttle")),
     ("fair", ("slotring-throttle", "fair")),
+    ("workload", ("slotring-throttle", "workload")),
     ("slots", ("slotring-slots", "slots")),
     ("uring", ("slotring-uring", "uring")),
     ("shared", ("slotring-uring", "shared")),

@@ -43,7 +43,7 @@ fn a_completion_racing_a_queuing_request_never_loses_its_wake_up() {
             WorkloadSpec::new("q").parent("all"),
         ]);
         let q = s.workload("q").unwrap();
-        let held = q.try_acquire(1).unwrap().expect("the one place");
+        let held = q.try_acquire(1).unwrap().expect("the one place").into_owned();
         let t1 = loom::thread::spawn(move || drop(held));
         let q2 = q.clone();
         let t2 = loom::thread::spawn(move || {
@@ -83,7 +83,7 @@ fn a_cancellation_racing_a_completion_hands_the_turn_on_and_charges_nothing() {
             WorkloadSpec::new("q").parent("all"),
         ]);
         let q = s.workload("q").unwrap();
-        let held = q.try_acquire(10).unwrap().unwrap();
+        let held = q.try_acquire(10).unwrap().unwrap().into_owned();
         let noop = Waker::noop();
         let mut w1 = q.request(10);
         assert!(w1.poll(&mut Context::from_waker(noop)).is_pending());

@@ -257,10 +257,11 @@ impl Reference {
     fn charge_path(&mut self, path: &[usize], cost: u64, now: u64, specs: &[WorkloadSpec]) -> u64 {
         let mut delay = 0;
         for &i in path {
-            let limited = specs[i].max_io_requests.is_some() || specs[i].max_bytes_inflight.is_some();
             let n = &mut self.nodes[i];
-            if limited {
+            if specs[i].max_io_requests.is_some() {
                 n.reqs += 1;
+            }
+            if specs[i].max_bytes_inflight.is_some() {
                 n.bytes += cost;
             }
             let has_bytes = specs[i].max_bytes_per_second.is_some();
@@ -294,8 +295,10 @@ impl Reference {
     fn complete(&mut self, id: usize, now: u64, specs: &[WorkloadSpec]) {
         let (g, _) = self.granted.remove(&id).expect("granted");
         for &i in &g.path {
-            if specs[i].max_io_requests.is_some() || specs[i].max_bytes_inflight.is_some() {
+            if specs[i].max_io_requests.is_some() {
                 self.nodes[i].reqs -= 1;
+            }
+            if specs[i].max_bytes_inflight.is_some() {
                 self.nodes[i].bytes -= g.cost;
             }
         }

@@ -96,6 +96,11 @@ pub(crate) enum Admit {
 #[derive(Debug)]
 pub(crate) struct Cap {
     cell: SwapCell<CapBucket>,
+    /// Whether the cell holds a bucket: lets an uncapped node's charge skip
+    /// the cell. Set after a bucket is stored, cleared before one is
+    /// removed, so a charge that reads `false` lands before the cap exists
+    /// or after it is gone.
+    present: AtomicBool,
 }
 
 /// `ceil(debt / rate)` for a debt in nano-tokens.
@@ -110,6 +115,7 @@ impl Cap {
     pub(crate) fn new(spec: Option<CapSpec>, now: u64) -> Result<Self, BucketError> {
         let b = spec.map(|s| Self::bucket(s, now)).transpose()?;
         Ok(Self {
+            present: AtomicBool::new(b.is_some()),
             cell: SwapCell::new(b.map(Arc::new)),
         })
     }
@@ -129,6 +135,9 @@ impl Cap {
 
     /// Charge `cost` at `now` if the debt before it ends within `tau_ns`.
     pub(crate) fn admit(&self, cost: u64, now: u64, tau_ns: u64) -> Result<Admit, BucketError> {
+        if !self.present.load(Ordering::Acquire) {
+            return Ok(Admit::Charged { delay_ns: 0 });
+        }
         let mut spins = 0;
         loop {
             let r = self.cell.with(|b| {
@@ -252,7 +261,14 @@ impl Cap {
                 }
             }
         }
+        let some = new.is_some();
+        if !some {
+            self.present.store(false, Ordering::Release);
+        }
         self.cell.store(new.map(Arc::new));
+        if some {
+            self.present.store(true, Ordering::Release);
+        }
         Ok(())
     }
 }

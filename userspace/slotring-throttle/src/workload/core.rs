@@ -28,12 +28,47 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use super::fair_policy::FairLevel;
+use super::inflight::Places;
 use super::leaf_queue::{LeafQueue, Pending};
 use super::node::{NodeShared, cap_error};
 use super::priority_policy::PriorityPolicy;
 use super::spec::{WorkloadSpec, WorkloadTree};
 use super::{Resource, WorkloadError};
 use crate::sync::Ordering;
+
+/// A path from a leaf up to the root (the leaf first), on the stack.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Chain {
+    at: [u32; super::MAX_DEPTH],
+    len: usize,
+}
+
+impl Chain {
+    fn new() -> Self {
+        Self {
+            at: [0; super::MAX_DEPTH],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, i: usize) {
+        self.at[self.len] = i as u32;
+        self.len += 1;
+    }
+
+    /// The nodes, leaf first.
+    pub(crate) fn as_slice(&self) -> &[u32] {
+        &self.at[..self.len]
+    }
+
+    fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.as_slice().iter().map(|&i| i as usize)
+    }
+
+    fn reverse(&mut self) {
+        self.at[..self.len].reverse();
+    }
+}
 
 /// Why a node with queued requests cannot give one now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,9 +118,8 @@ pub(crate) struct Booked {
     pub(crate) cost: u64,
     /// ns from the dispatch until the caps' debts before it end (≤ τ).
     pub(crate) delay_ns: u64,
-    /// Bit `k`: an in-flight place taken on the `k`-th node of the path
-    /// (the leaf is 0).
-    pub(crate) mask: u64,
+    /// The in-flight places taken along the path (the leaf is node 0).
+    pub(crate) places: Places,
 }
 
 /// See the module docs.
@@ -276,10 +310,12 @@ impl Tree {
     }
 
     /// The path from `leaf` to the root.
-    pub(crate) fn path(&self, leaf: usize) -> Vec<usize> {
-        let mut p = vec![leaf];
-        while let Some(up) = self.nodes[*p.last().expect("non-empty")].parent {
-            p.push(up);
+    pub(crate) fn path(&self, leaf: usize) -> Chain {
+        let mut p = Chain::new();
+        let mut at = Some(leaf);
+        while let Some(i) = at {
+            p.push(i);
+            at = self.nodes[i].parent;
         }
         p
     }
@@ -378,7 +414,7 @@ impl Tree {
         self.wake(now);
         self.nodes[leaf].queue.push(Pending { id, cost });
         let path = self.path(leaf);
-        for &i in &path {
+        for i in path.iter() {
             let n = &mut self.nodes[i];
             n.backlog += 1;
             n.shared.queued.fetch_add(1, Ordering::SeqCst);
@@ -397,7 +433,7 @@ impl Tree {
         if self.nodes[leaf].queue.remove(id).is_none() {
             return false;
         }
-        for i in self.path(leaf) {
+        for i in self.path(leaf).iter() {
             let n = &mut self.nodes[i];
             n.backlog -= 1;
             n.shared.queued.fetch_sub(1, Ordering::SeqCst);
@@ -430,26 +466,27 @@ impl Tree {
             if !self.is_active(0) {
                 return None;
             }
-            let mut down = vec![0];
+            let mut path = Chain::new();
+            path.push(0);
             let mut n = 0;
             while let Some(c) = self.nodes[n].children.first() {
-                down.push(c);
+                path.push(c);
                 n = c;
             }
+            path.reverse();
             let leaf = n;
             let req = self.nodes[leaf].queue.front().expect("an active leaf queues");
-            let path: Vec<usize> = down.into_iter().rev().collect();
             // In-flight places first: they can be given back without a trace.
-            let mut mask = 0u64;
-            for (k, &i) in path.iter().enumerate() {
+            let mut places = Places::default();
+            for (k, i) in path.iter().enumerate() {
                 let f = &self.nodes[i].shared.inflight;
                 if !f.limited() {
                     continue;
                 }
-                if f.try_acquire(req.cost) {
-                    mask |= 1 << k;
+                if let Some(taken) = f.try_acquire(req.cost) {
+                    places.set(k, taken);
                 } else {
-                    self.give_back(&path, mask, req.cost);
+                    self.give_back(&path, places, req.cost);
                     self.set_blocked(i, Blocked::InFlight);
                     self.settle(i);
                     continue 'select;
@@ -458,19 +495,24 @@ impl Tree {
             // Then the caps, each charged and checked, refunded if a later
             // one refuses.
             let mut delay_ns = 0;
-            let mut charged: Vec<(usize, bool)> = Vec::new();
-            for &i in &path {
+            // Bit `k` of each: that cap of the `k`-th node was charged.
+            let mut charged = (0u64, 0u64);
+            for (k, i) in path.iter().enumerate() {
                 for ops in [false, true] {
                     let sh = &self.nodes[i].shared;
                     let (cap, cost) = if ops { (&sh.ops, 1) } else { (&sh.bytes, req.cost) };
                     match cap.admit(cost, now, self.tau_ns) {
                         Ok(super::cap::Admit::Charged { delay_ns: d }) => {
                             delay_ns = delay_ns.max(d);
-                            charged.push((i, ops));
+                            if ops {
+                                charged.1 |= 1 << k;
+                            } else {
+                                charged.0 |= 1 << k;
+                            }
                         }
                         Ok(super::cap::Admit::Refused { eligible_at }) => {
-                            self.refund(&charged, req.cost, now);
-                            self.give_back(&path, mask, req.cost);
+                            self.refund(&path, charged, req.cost, now);
+                            self.give_back(&path, places, req.cost);
                             let at = match self.nodes[i].blocked {
                                 Blocked::Cap(a) => a.max(eligible_at),
                                 _ => eligible_at,
@@ -481,8 +523,8 @@ impl Tree {
                         }
                         Err(e) => {
                             let err = cap_error(&self.nodes[i].shared.name, e, cost);
-                            self.refund(&charged, req.cost, now);
-                            self.give_back(&path, mask, req.cost);
+                            self.refund(&path, charged, req.cost, now);
+                            self.give_back(&path, places, req.cost);
                             self.cancel(leaf, req.id, now);
                             return Some(Dispatched {
                                 id: req.id,
@@ -494,7 +536,7 @@ impl Tree {
                 }
             }
             self.nodes[leaf].queue.pop();
-            for &i in &path {
+            for i in path.iter() {
                 let n = &mut self.nodes[i];
                 n.backlog -= 1;
                 n.shared.queued.fetch_sub(1, Ordering::SeqCst);
@@ -504,8 +546,8 @@ impl Tree {
                     self.refresh(i, now);
                 }
             }
-            for w in path.windows(2) {
-                let (c, p) = (w[0], w[1]);
+            for w in path.as_slice().windows(2) {
+                let (c, p) = (w[0] as usize, w[1] as usize);
                 let a = self.is_active(c);
                 let (prio, weight, mut vr) =
                     (self.nodes[c].priority, self.nodes[c].weight, self.nodes[c].vr);
@@ -521,27 +563,26 @@ impl Tree {
                 outcome: Ok(Booked {
                     cost: req.cost,
                     delay_ns,
-                    mask,
+                    places,
                 }),
             });
         }
     }
 
-    fn give_back(&self, path: &[usize], mask: u64, cost: u64) {
-        for (k, &i) in path.iter().enumerate() {
-            if mask & (1 << k) != 0 {
-                self.nodes[i].shared.inflight.release(cost);
-            }
+    fn give_back(&self, path: &Chain, places: Places, cost: u64) {
+        for (k, i) in path.iter().enumerate() {
+            self.nodes[i].shared.inflight.release(cost, places.get(k));
         }
     }
 
-    fn refund(&self, charged: &[(usize, bool)], cost: u64, now: u64) {
-        for &(i, ops) in charged {
+    fn refund(&self, path: &Chain, (bytes, ops): (u64, u64), cost: u64, now: u64) {
+        for (k, i) in path.iter().enumerate() {
             let sh = &self.nodes[i].shared;
-            if ops {
-                sh.ops.refund(1, now);
-            } else {
+            if bytes & (1 << k) != 0 {
                 sh.bytes.refund(cost, now);
+            }
+            if ops & (1 << k) != 0 {
+                sh.ops.refund(1, now);
             }
         }
     }

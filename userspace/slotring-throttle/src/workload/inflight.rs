@@ -34,11 +34,40 @@ use crate::sync::{AtomicU64, Ordering};
 /// "No limit".
 const NONE: u64 = u64::MAX;
 
+/// The in-flight places one request took along its path: two bits per
+/// node (the leaf is node 0): bit `2k` its request count, bit `2k + 1` its
+/// bytes. A place is taken only in a dimension that has a limit, and given
+/// back exactly as taken, whatever a live change did to the limits since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Places(u128);
+
+impl Places {
+    pub(crate) fn set(&mut self, k: usize, taken: u8) {
+        self.0 |= u128::from(taken & 3) << (2 * k);
+    }
+
+    pub(crate) fn get(self, k: usize) -> u8 {
+        ((self.0 >> (2 * k)) & 3) as u8
+    }
+
+    pub(crate) fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+/// The counts, alone on their line: the lock-free path writes them, and
+/// reads the limits (and the node's other fields) from lines nobody writes.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Counts {
+    reqs: AtomicU64,
+    bytes: AtomicU64,
+}
+
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct InFlight {
-    reqs: AtomicU64,
-    bytes: AtomicU64,
+    counts: Counts,
     max_reqs: AtomicU64,
     max_bytes: AtomicU64,
 }
@@ -46,8 +75,10 @@ pub(crate) struct InFlight {
 impl InFlight {
     pub(crate) fn new(max_reqs: Option<u64>, max_bytes: Option<u64>) -> Self {
         Self {
-            reqs: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
+            counts: Counts {
+                reqs: AtomicU64::new(0),
+                bytes: AtomicU64::new(0),
+            },
             max_reqs: AtomicU64::new(max_reqs.unwrap_or(NONE)),
             max_bytes: AtomicU64::new(max_bytes.unwrap_or(NONE)),
         }
@@ -69,52 +100,61 @@ impl InFlight {
             .store(max_bytes.unwrap_or(NONE), Ordering::SeqCst);
     }
 
-    /// Take a place for a request of `cost` bytes, if it fits.
-    pub(crate) fn try_acquire(&self, cost: u64) -> bool {
+    /// Take a place for a request of `cost` bytes, if it fits: the
+    /// dimensions taken (see [`Places`]), `None` if refused.
+    pub(crate) fn try_acquire(&self, cost: u64) -> Option<u8> {
         let max_r = self.max_reqs.load(Ordering::SeqCst);
         let max_b = self.max_bytes.load(Ordering::SeqCst);
-        if self
-            .reqs
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
-                (r < max_r).then_some(r + 1)
-            })
-            .is_err()
-        {
-            return false;
+        let mut taken = 0;
+        if max_r != NONE {
+            self.counts
+                .reqs
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
+                    (r < max_r).then_some(r + 1)
+                })
+                .ok()?;
+            taken |= 1;
         }
-        if self
-            .bytes
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
-                (b == 0 || b.saturating_add(cost) <= max_b).then_some(b.saturating_add(cost))
-            })
-            .is_err()
-        {
-            self.reqs.fetch_sub(1, Ordering::SeqCst);
-            return false;
+        if max_b != NONE {
+            let fits = self
+                .counts
+                .bytes
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |b| {
+                    (b == 0 || b.saturating_add(cost) <= max_b).then_some(b.saturating_add(cost))
+                });
+            if fits.is_err() {
+                self.release(cost, taken);
+                return None;
+            }
+            taken |= 2;
         }
-        true
+        Some(taken)
     }
 
-    /// Give a place back.
-    pub(crate) fn release(&self, cost: u64) {
-        self.reqs.fetch_sub(1, Ordering::SeqCst);
-        self.bytes.fetch_sub(cost, Ordering::SeqCst);
+    /// Give back what [`InFlight::try_acquire`] took.
+    pub(crate) fn release(&self, cost: u64, taken: u8) {
+        if taken & 1 != 0 {
+            self.counts.reqs.fetch_sub(1, Ordering::SeqCst);
+        }
+        if taken & 2 != 0 {
+            self.counts.bytes.fetch_sub(cost, Ordering::SeqCst);
+        }
     }
 
     /// Whether some request could fit now (a necessary condition: the
     /// exact test is [`InFlight::try_acquire`] with the request's cost).
     pub(crate) fn may_admit(&self) -> bool {
-        self.reqs.load(Ordering::SeqCst) < self.max_reqs.load(Ordering::SeqCst) && {
-            let b = self.bytes.load(Ordering::SeqCst);
+        self.counts.reqs.load(Ordering::SeqCst) < self.max_reqs.load(Ordering::SeqCst) && {
+            let b = self.counts.bytes.load(Ordering::SeqCst);
             b == 0 || b <= self.max_bytes.load(Ordering::SeqCst)
         }
     }
 
-    /// Requests and bytes in flight now.
+    /// Requests and bytes in flight now (each counted where it is limited).
     pub(crate) fn counts(&self) -> (u64, u64) {
         (
-            self.reqs.load(Ordering::SeqCst),
-            self.bytes.load(Ordering::SeqCst),
+            self.counts.reqs.load(Ordering::SeqCst),
+            self.counts.bytes.load(Ordering::SeqCst),
         )
     }
 }
@@ -126,15 +166,18 @@ mod tests {
     #[test]
     fn requests_never_exceed_the_limit_and_bytes_fit_or_run_alone() {
         let f = InFlight::new(Some(2), Some(100));
-        assert!(f.try_acquire(60));
-        assert!(!f.try_acquire(50), "60 + 50 > 100");
-        assert!(f.try_acquire(40));
-        assert!(!f.try_acquire(0), "two requests in flight already");
-        f.release(60);
-        f.release(40);
+        assert_eq!(f.try_acquire(60), Some(3));
+        assert_eq!(f.try_acquire(50), None, "60 + 50 > 100");
+        assert_eq!(f.try_acquire(40), Some(3));
+        assert_eq!(f.try_acquire(0), None, "two requests in flight already");
+        f.release(60, 3);
+        f.release(40, 3);
         assert_eq!(f.counts(), (0, 0));
-        assert!(f.try_acquire(500), "alone, a request larger than the limit goes");
-        assert!(!f.try_acquire(1));
+        assert_eq!(f.try_acquire(500), Some(3), "alone, larger than the limit");
+        assert_eq!(f.try_acquire(1), None);
         assert!(!f.may_admit(), "500 bytes in flight: nothing more fits");
+        let only_reqs = InFlight::new(Some(1), None);
+        assert_eq!(only_reqs.try_acquire(7), Some(1), "bytes are not counted");
+        assert_eq!(only_reqs.counts(), (1, 0));
     }
 }

@@ -43,6 +43,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::core::{Booked, Tree};
+use super::inflight::Places;
 use super::node::{NodeShared, cap_error};
 use super::spec::WorkloadTree;
 use super::{DEFAULT_TAU, Resource, WorkloadError};
@@ -137,20 +138,16 @@ impl Shared {
         }
     }
 
-    /// Give back the in-flight places `mask` took on `path`; if a queue
-    /// waits behind one of them, hand it on under the lock.
-    fn release(&self, path: &[Arc<NodeShared>], mask: u64, cost: u64) {
-        let mut behind = false;
+    /// Give back the in-flight `places` taken on `path`; if a queue waits
+    /// behind one of them, hand it on under the lock.
+    fn release(&self, path: &[Arc<NodeShared>], places: Places, cost: u64) {
         for (k, n) in path.iter().enumerate() {
-            if mask & (1 << k) != 0 {
-                n.inflight.release(cost);
-            }
+            n.inflight.release(cost, places.get(k));
         }
-        for (k, n) in path.iter().enumerate() {
-            if mask & (1 << k) != 0 && n.queued.load(Ordering::SeqCst) > 0 {
-                behind = true;
-            }
-        }
+        let behind = path
+            .iter()
+            .enumerate()
+            .any(|(k, n)| places.get(k) != 0 && n.queued.load(Ordering::SeqCst) > 0);
         if !behind {
             return;
         }
@@ -161,7 +158,7 @@ impl Shared {
             let nodes: Vec<usize> = path
                 .iter()
                 .enumerate()
-                .filter(|(k, n)| mask & (1 << k) != 0 && !n.removed.load(Ordering::SeqCst))
+                .filter(|(k, n)| places.get(*k) != 0 && !n.removed.load(Ordering::SeqCst))
                 .map(|(_, n)| n.index())
                 .collect();
             st.tree.released(&nodes, now);
@@ -259,7 +256,11 @@ impl WorkloadScheduler {
                 node: name.to_owned(),
             });
         }
-        let path = st.tree.path(i).into_iter().map(|j| st.tree.shared(j).clone());
+        let chain = st.tree.path(i);
+        let path = chain
+            .as_slice()
+            .iter()
+            .map(|&j| st.tree.shared(j as usize).clone());
         Ok(Workload {
             inner: Arc::new(LeafInner {
                 sched: self.shared.clone(),
@@ -317,8 +318,9 @@ impl WorkloadScheduler {
         Ok(st.tree.backlog(i))
     }
 
-    /// Requests and bytes in flight through `name` (counted where it has an
-    /// in-flight limit; `(0, 0)` elsewhere).
+    /// Requests and bytes in flight through `name`, each counted where
+    /// `name` limits it (`max_io_requests` / `max_concurrent_threads`,
+    /// `max_bytes_inflight`), 0 elsewhere.
     pub fn in_flight(&self, name: &str) -> Result<(u64, u64), WorkloadError> {
         self.with_node(name, |n| n.inflight.counts())
     }
@@ -386,14 +388,14 @@ impl Workload {
         if path.iter().any(|n| n.queued.load(Ordering::SeqCst) != 0) {
             return Ok(None);
         }
-        let mut mask = 0u64;
+        let mut places = Places::default();
         for (k, n) in path.iter().enumerate() {
             if n.inflight.limited() {
-                if !n.inflight.try_acquire(cost) {
-                    self.inner.sched.release(path, mask, cost);
+                let Some(taken) = n.inflight.try_acquire(cost) else {
+                    self.inner.sched.release(path, places, cost);
                     return Ok(None);
-                }
-                mask |= 1 << k;
+                };
+                places.set(k, taken);
             }
         }
         let tau = self.inner.sched.tau_ns;
@@ -417,7 +419,7 @@ impl Workload {
                                 m.ops.refund(1, now);
                             }
                         }
-                        self.inner.sched.release(path, mask, cost);
+                        self.inner.sched.release(path, places, cost);
                         return match refused {
                             Err(e) => Err(cap_error(&n.name, e, c)),
                             _ => Ok(None),
@@ -429,27 +431,48 @@ impl Workload {
         Ok(Some(Booked {
             cost,
             delay_ns,
-            mask,
+            places,
         }))
     }
 
-    fn permit(&self, booked: Booked, delay_ns: u64, waited: bool) -> Permit {
+    fn permit(&self, booked: Booked, delay_ns: u64, waited: bool) -> Permit<'static> {
         Permit {
             delay_ns,
             waited,
-            hold: (booked.mask != 0).then(|| Hold {
-                workload: self.clone(),
-                mask: booked.mask,
-                cost: booked.cost,
-            }),
+            hold: if booked.places.is_empty() {
+                Hold::Nothing
+            } else {
+                Hold::Owned {
+                    workload: self.clone(),
+                    places: booked.places,
+                    cost: booked.cost,
+                }
+            },
         }
     }
 
     /// A permit for `cost` if one can be had without waiting: the lock-free
-    /// path when nothing queues on this workload's path, else one dispatch
-    /// round under the lock (a request polled once, and dropped if it
-    /// would queue: it charges nothing then).
-    pub fn try_acquire(&self, cost: u64) -> Result<Option<Permit>, WorkloadError> {
+    /// path when nothing queues on this workload's path (the permit then
+    /// borrows the handle: no reference count is touched), else one dispatch
+    /// round under the lock (a request polled once, and dropped if it would
+    /// queue: it charges nothing then).
+    pub fn try_acquire(&self, cost: u64) -> Result<Option<Permit<'_>>, WorkloadError> {
+        self.check()?;
+        if let Some(b) = self.fast(cost, self.inner.sched.now())? {
+            return Ok(Some(Permit {
+                delay_ns: b.delay_ns,
+                waited: false,
+                hold: if b.places.is_empty() {
+                    Hold::Nothing
+                } else {
+                    Hold::Borrowed {
+                        leaf: &self.inner,
+                        places: b.places,
+                        cost: b.cost,
+                    }
+                },
+            }));
+        }
         let mut r = self.request(cost);
         match r.poll(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(p) => p.map(Some),
@@ -470,7 +493,7 @@ impl Workload {
 
     /// Wait for a permit for `cost`, the calling thread blocked (its CPU
     /// lease parked) while the request queues.
-    pub fn acquire(&self, cost: u64) -> Result<Permit, WorkloadError> {
+    pub fn acquire(&self, cost: u64) -> Result<Permit<'static>, WorkloadError> {
         let mut req = self.request(cost);
         let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
         let mut cx = Context::from_waker(&waker);
@@ -534,29 +557,32 @@ pub struct Request {
 impl Request {
     /// Poll for the permit. Ready with it (or an error); `Pending` while
     /// queued. Do not poll again once ready.
-    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit, WorkloadError>> {
+    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit<'static>, WorkloadError>> {
         self.retry_in_ns = None;
+        if self.state == RequestState::Idle {
+            let wl = &self.workload;
+            if let Err(e) = wl.check() {
+                self.state = RequestState::Done;
+                return Poll::Ready(Err(e));
+            }
+            match wl.fast(self.cost, wl.inner.sched.now()) {
+                Ok(Some(b)) => {
+                    self.state = RequestState::Done;
+                    return Poll::Ready(Ok(wl.permit(b, b.delay_ns, false)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.state = RequestState::Done;
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
         let wl = self.workload.clone();
         let sched = &wl.inner.sched;
         let id = match self.state {
             RequestState::Done => panic!("a workload request polled after it was ready"),
             RequestState::Queued(id) => id,
             RequestState::Idle => {
-                if let Err(e) = wl.check() {
-                    self.state = RequestState::Done;
-                    return Poll::Ready(Err(e));
-                }
-                match wl.fast(self.cost, sched.now()) {
-                    Ok(Some(b)) => {
-                        self.state = RequestState::Done;
-                        return Poll::Ready(Ok(wl.permit(b, b.delay_ns, false)));
-                    }
-                    Ok(None) => {}
-                    Err(e) => {
-                        self.state = RequestState::Done;
-                        return Poll::Ready(Err(e));
-                    }
-                }
                 let mut wake = Vec::new();
                 let mut st = lock(&sched.state);
                 if let Err(e) = wl.check() {
@@ -601,7 +627,7 @@ impl Request {
         now: u64,
         cx: &mut Context<'_>,
         wake: &mut Vec<Waker>,
-    ) -> Poll<Result<Permit, WorkloadError>> {
+    ) -> Poll<Result<Permit<'static>, WorkloadError>> {
         match st.slots.get_mut(&id) {
             Some(Slot::Queued { waker, .. }) => {
                 match waker {
@@ -673,11 +699,10 @@ impl Drop for Request {
                         n.ops.refund(1, now);
                     }
                     for (k, n) in inner.path.iter().enumerate() {
-                        if booked.mask & (1 << k) != 0 {
-                            n.inflight.release(booked.cost);
-                            if !n.removed.load(Ordering::SeqCst) {
-                                nodes.push(n.index());
-                            }
+                        let taken = booked.places.get(k);
+                        n.inflight.release(booked.cost, taken);
+                        if taken != 0 && !n.removed.load(Ordering::SeqCst) {
+                            nodes.push(n.index());
                         }
                     }
                     st.tree.released(&nodes, now);
@@ -694,25 +719,39 @@ impl Drop for Request {
     }
 }
 
+/// What a permit gives back when it drops.
 #[derive(Debug)]
-struct Hold {
-    workload: Workload,
-    mask: u64,
-    cost: u64,
+enum Hold<'a> {
+    /// No in-flight place was taken.
+    Nothing,
+    /// Taken on the lock-free path, by a caller holding the handle.
+    Borrowed {
+        leaf: &'a LeafInner,
+        places: Places,
+        cost: u64,
+    },
+    /// Taken for a request that queued (or that owns its permit).
+    Owned {
+        workload: Workload,
+        places: Places,
+        cost: u64,
+    },
 }
 
 /// A dispatched request: it may start after [`Permit::delay`] (its booking
 /// on the caps; an engine waits it in a timeout SQE) and holds its in-flight
-/// places until it drops (the completion).
+/// places until it drops (the completion). A permit from
+/// [`Workload::try_acquire`]'s lock-free path borrows the handle (no
+/// reference count moves); [`Permit::into_owned`] detaches it.
 #[must_use = "the in-flight places are given back when the permit drops"]
 #[derive(Debug)]
-pub struct Permit {
+pub struct Permit<'a> {
     delay_ns: u64,
     waited: bool,
-    hold: Option<Hold>,
+    hold: Hold<'a>,
 }
 
-impl Permit {
+impl Permit<'_> {
     /// How long from the call that returned it until the request may start.
     pub fn delay(&self) -> Duration {
         Duration::from_nanos(self.delay_ns)
@@ -731,13 +770,53 @@ impl Permit {
     /// The request completed: give its in-flight places back (as dropping
     /// it does).
     pub fn complete(self) {}
+
+    /// The same permit, owning what it needs to give its places back.
+    pub fn into_owned(mut self) -> Permit<'static> {
+        let hold = match std::mem::replace(&mut self.hold, Hold::Nothing) {
+            Hold::Nothing => Hold::Nothing,
+            Hold::Borrowed { leaf, places, cost } => Hold::Owned {
+                workload: Workload {
+                    inner: Arc::new(LeafInner {
+                        sched: leaf.sched.clone(),
+                        node: leaf.node.clone(),
+                        path: leaf.path.clone(),
+                    }),
+                },
+                places,
+                cost,
+            },
+            Hold::Owned {
+                workload,
+                places,
+                cost,
+            } => Hold::Owned {
+                workload,
+                places,
+                cost,
+            },
+        };
+        Permit {
+            delay_ns: self.delay_ns,
+            waited: self.waited,
+            hold,
+        }
+    }
 }
 
-impl Drop for Permit {
+impl Drop for Permit<'_> {
     fn drop(&mut self) {
-        if let Some(h) = self.hold.take() {
-            let inner = &h.workload.inner;
-            inner.sched.release(&inner.path, h.mask, h.cost);
+        match std::mem::replace(&mut self.hold, Hold::Nothing) {
+            Hold::Nothing => {}
+            Hold::Borrowed { leaf, places, cost } => leaf.sched.release(&leaf.path, places, cost),
+            Hold::Owned {
+                workload,
+                places,
+                cost,
+            } => {
+                let inner = &workload.inner;
+                inner.sched.release(&inner.path, places, cost);
+            }
         }
     }
 }
