@@ -120,6 +120,14 @@ fn main() {
         ],
         "query",
     );
+    let bare = charge_ns(
+        vec![
+            WorkloadSpec::new("all"),
+            WorkloadSpec::new("customer").parent("all"),
+            WorkloadSpec::new("query").parent("customer"),
+        ],
+        "query",
+    );
     let t = Throttler::new(FAST).unwrap();
     let throttler = ns_per_iter_threads(7, 2, 500_000, |_| {
         std::hint::black_box(
@@ -143,6 +151,11 @@ fn main() {
         "no-wait permit, 2 threads, one leaf under one capped root",
     );
     r.put("wl_charge_ratio_3level_flat", three / flat, "goal <= 1.5");
+    r.put(
+        "wl_charge_ns_3level_bare",
+        bare,
+        "the three-level path without any cap or limit (no clock read)",
+    );
     r.put(
         "throttler_charge_ns",
         throttler,

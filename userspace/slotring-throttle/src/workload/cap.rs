@@ -133,6 +133,12 @@ impl Cap {
         self.cell.with(|b| b.map(|b| b.spec.rate))
     }
 
+    /// Whether there is a cap (a hint: see `present`).
+    #[inline]
+    pub(crate) fn present(&self) -> bool {
+        self.present.load(Ordering::Acquire)
+    }
+
     /// Charge `cost` at `now` if the debt before it ends within `tau_ns`.
     pub(crate) fn admit(&self, cost: u64, now: u64, tau_ns: u64) -> Result<Admit, BucketError> {
         if !self.present.load(Ordering::Acquire) {
@@ -215,6 +221,9 @@ impl Cap {
     /// `None` if a request at `now` would be admitted, else the clock
     /// reading from which it would be.
     pub(crate) fn eligible_at(&self, now: u64, tau_ns: u64) -> Option<u64> {
+        if !self.present() {
+            return None;
+        }
         self.cell.with(|b| {
             let b = b?;
             let rate = b.bucket.rate();

@@ -448,9 +448,9 @@ impl Tree {
     }
 
     /// In-flight places came back on `nodes` (a completion).
-    pub(crate) fn released(&mut self, nodes: &[usize], now: u64) {
+    pub(crate) fn released(&mut self, nodes: impl Iterator<Item = usize>, now: u64) {
         self.wake(now);
-        for &i in nodes {
+        for i in nodes {
             if self.nodes[i].backlog > 0 && self.nodes[i].blocked == Blocked::InFlight {
                 self.refresh(i, now);
                 self.settle(i);

@@ -58,11 +58,32 @@ enum Slot {
     Failed(WorkloadError),
 }
 
+/// Request ids are unique and sequential: one multiplication spreads them
+/// (SipHash's flood resistance buys nothing here).
+#[derive(Debug, Default)]
+struct IdHash(u64);
+
+impl std::hash::Hasher for IdHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type Slots = HashMap<u64, Slot, std::hash::BuildHasherDefault<IdHash>>;
+
 #[derive(Debug)]
 struct State {
     tree: Tree,
     spec: WorkloadTree,
-    slots: HashMap<u64, Slot>,
+    slots: Slots,
     next_id: u64,
     /// The queued request told to re-poll, and when.
     timekeeper: Option<(u64, u64)>,
@@ -155,13 +176,12 @@ impl Shared {
         {
             let mut st = lock(&self.state);
             let now = self.now();
-            let nodes: Vec<usize> = path
+            let nodes = path
                 .iter()
                 .enumerate()
                 .filter(|(k, n)| places.get(*k) != 0 && !n.removed.load(Ordering::SeqCst))
-                .map(|(_, n)| n.index())
-                .collect();
-            st.tree.released(&nodes, now);
+                .map(|(_, n)| n.index());
+            st.tree.released(nodes, now);
             Self::pump(&mut st, now, &mut wake);
             Self::keep_time(&mut st, None, &mut wake);
         }
@@ -209,7 +229,7 @@ impl WorkloadSchedulerBuilder {
             state: Mutex::new(State {
                 tree: Tree::build(&self.tree, self.resource, tau_ns, clock.now_ns(), None)?,
                 spec: self.tree,
-                slots: HashMap::new(),
+                slots: Slots::default(),
                 next_id: 0,
                 timekeeper: None,
             }),
@@ -382,9 +402,12 @@ impl Workload {
     }
 
     /// The lock-free path (see the module docs): `None` if a level queues
-    /// or refuses.
-    fn fast(&self, cost: u64, now: u64) -> Result<Option<Booked>, WorkloadError> {
+    /// or refuses. The clock is read only if a cap is on the way (never for
+    /// CPU slots).
+    fn fast(&self, cost: u64) -> Result<Option<Booked>, WorkloadError> {
         let path = &self.inner.path;
+        let mut clock = None;
+        let sched = &self.inner.sched;
         if path.iter().any(|n| n.queued.load(Ordering::SeqCst) != 0) {
             return Ok(None);
         }
@@ -405,6 +428,10 @@ impl Workload {
         for (k, n) in path.iter().enumerate() {
             for ops in [false, true] {
                 let (cap, c) = if ops { (&n.ops, 1) } else { (&n.bytes, cost) };
+                if !cap.present() {
+                    continue;
+                }
+                let now = *clock.get_or_insert_with(|| sched.now());
                 match cap.admit(c, now, tau) {
                     Ok(super::cap::Admit::Charged { delay_ns: d }) => {
                         delay_ns = delay_ns.max(d);
@@ -458,7 +485,7 @@ impl Workload {
     /// queue: it charges nothing then).
     pub fn try_acquire(&self, cost: u64) -> Result<Option<Permit<'_>>, WorkloadError> {
         self.check()?;
-        if let Some(b) = self.fast(cost, self.inner.sched.now())? {
+        if let Some(b) = self.fast(cost)? {
             return Ok(Some(Permit {
                 delay_ns: b.delay_ns,
                 waited: false,
@@ -565,7 +592,7 @@ impl Request {
                 self.state = RequestState::Done;
                 return Poll::Ready(Err(e));
             }
-            match wl.fast(self.cost, wl.inner.sched.now()) {
+            match wl.fast(self.cost) {
                 Ok(Some(b)) => {
                     self.state = RequestState::Done;
                     return Poll::Ready(Ok(wl.permit(b, b.delay_ns, false)));
@@ -612,7 +639,10 @@ impl Request {
         let mut wake = Vec::new();
         let mut st = lock(&sched.state);
         let now = sched.now();
-        Shared::pump(&mut st, now, &mut wake);
+        // Already dispatched (the usual wake-up): nothing to pull.
+        if matches!(st.slots.get(&id), Some(Slot::Queued { .. })) {
+            Shared::pump(&mut st, now, &mut wake);
+        }
         let r = self.settle(&mut st, id, now, cx, &mut wake);
         drop(st);
         wake.into_iter().for_each(Waker::wake);
@@ -693,19 +723,18 @@ impl Drop for Request {
                     // Dispatched, but its caller never saw the permit: the IO
                     // never happens, so its charges go back (never past a
                     // bucket's burst) with its in-flight places.
-                    let mut nodes = Vec::new();
                     for n in inner.path.iter() {
                         n.bytes.refund(booked.cost, now);
                         n.ops.refund(1, now);
                     }
                     for (k, n) in inner.path.iter().enumerate() {
-                        let taken = booked.places.get(k);
-                        n.inflight.release(booked.cost, taken);
-                        if taken != 0 && !n.removed.load(Ordering::SeqCst) {
-                            nodes.push(n.index());
-                        }
+                        n.inflight.release(booked.cost, booked.places.get(k));
                     }
-                    st.tree.released(&nodes, now);
+                    let nodes = inner.path.iter().enumerate().filter_map(|(k, n)| {
+                        (booked.places.get(k) != 0 && !n.removed.load(Ordering::SeqCst))
+                            .then(|| n.index())
+                    });
+                    st.tree.released(nodes, now);
                 }
                 _ => {}
             }
