@@ -15,7 +15,7 @@
 //!   probability `1/fairness`; a front that does not fit is granted the
 //!   available bytes in part and stays at the front;
 //! * the random draws are RocksDB's `Random` (Park–Miller, `16807·s mod
-//!   2³¹−1`), `OneIn(n)` being `next() % n == 0`.
+//!   2³¹−1`), `OneIn(n)` being `next % n == 0`.
 //!
 //! So a user request can wait up to one refill period behind a burst: the
 //! behaviour the workload tree is measured against.
@@ -50,12 +50,16 @@ impl ParkMiller {
     pub fn new(s: u32) -> Self {
         let seed = s & 0x7fff_ffff;
         Self {
-            seed: if seed == 0 || seed == Self::M { 1 } else { seed },
+            seed: if seed == 0 || seed == Self::M {
+                1
+            } else {
+                seed
+            },
         }
     }
 
     /// The next value, `16807 · seed mod (2³¹ − 1)`.
-    pub fn next(&mut self) -> u32 {
+    pub fn next_value(&mut self) -> u32 {
         let product = u64::from(self.seed) * 16_807;
         let mut s = ((product >> 31) + (product & u64::from(Self::M))) as u32;
         if s > Self::M {
@@ -67,7 +71,7 @@ impl ParkMiller {
 
     /// `true` with probability `1/n`.
     pub fn one_in(&mut self, n: u32) -> bool {
-        self.next() % n.max(1) == 0
+        self.next_value().is_multiple_of(n.max(1))
     }
 }
 
@@ -125,7 +129,11 @@ impl RocksDbCore {
         use IoPriority::{High, Low, Mid, User};
         let high_last = self.rnd.one_in(self.fairness);
         let mid_after_low = self.rnd.one_in(self.fairness);
-        let (first, second) = if mid_after_low { (Low, Mid) } else { (Mid, Low) };
+        let (first, second) = if mid_after_low {
+            (Low, Mid)
+        } else {
+            (Mid, Low)
+        };
         if high_last {
             [User, first, second, High]
         } else {
@@ -160,7 +168,10 @@ impl RocksDbCore {
     /// The front of the highest non-empty queue (the thread signalled to
     /// take the next duty).
     pub fn highest_front(&self) -> Option<u64> {
-        self.queues.iter().rev().find_map(|q| q.front().map(|f| f.0))
+        self.queues
+            .iter()
+            .rev()
+            .find_map(|q| q.front().map(|f| f.0))
     }
 
     /// Requests queued.
@@ -279,15 +290,15 @@ mod tests {
         // 16807^k mod (2^31 − 1) from seed 1; the 10,000th value is the
         // published check value 1043618065.
         let mut r = ParkMiller::new(1);
-        assert_eq!(r.next(), 16_807);
-        assert_eq!(r.next(), 282_475_249);
+        assert_eq!(r.next_value(), 16_807);
+        assert_eq!(r.next_value(), 282_475_249);
         let mut r = ParkMiller::new(1);
         let mut last = 0;
         for _ in 0..10_000 {
-            last = r.next();
+            last = r.next_value();
         }
         assert_eq!(last, 1_043_618_065);
-        assert_eq!(ParkMiller::new(0).next(), 16_807, "seed 0 becomes 1");
+        assert_eq!(ParkMiller::new(0).next_value(), 16_807, "seed 0 becomes 1");
     }
 
     #[test]

@@ -53,7 +53,9 @@ fn push_pop_ns(leaves: usize, iters: usize) -> f64 {
     let mut specs = vec![WorkloadSpec::new("all").max_io_requests(1)];
     specs.extend((0..leaves).map(|i| WorkloadSpec::new(format!("l{i}")).parent("all")));
     let s = WorkloadScheduler::new(&WorkloadTree::new(specs).unwrap(), Resource::Io).unwrap();
-    let ws: Vec<_> = (0..leaves).map(|i| s.workload(&format!("l{i}")).unwrap()).collect();
+    let ws: Vec<_> = (0..leaves)
+        .map(|i| s.workload(&format!("l{i}")).unwrap())
+        .collect();
     let sink = Arc::new(Mutex::new(Vec::new()));
     let mut waiting = HashMap::new();
     let mut next_id = 0u64;

@@ -43,7 +43,7 @@ mod park;
 mod sync;
 mod throttler;
 mod wait;
-mod workload;
+pub mod workload;
 
 pub use bucket::{MAX_DEBT_NANO, MAX_RATE};
 #[cfg(any(feature = "test-util", test, loom))]

@@ -108,7 +108,7 @@ fn a_user_request_overtakes_queued_background_and_waits_one_request_at_most() {
     assert_eq!(up.delay_ns(), 0);
     assert_eq!(s.cap_tokens_nano("all").unwrap(), Some(tok(-100)));
     clock.advance(100 * MS);
-    b1.ready();
+    drop(b1.ready());
     clock.advance(100 * MS);
     assert!(b2.poll().is_ready(), "b2 timed the next debt once b1 left");
     drop((p, p2));
@@ -132,7 +132,11 @@ fn within_the_horizon_requests_are_booked_with_their_delay() {
     assert_eq!(w.req.retry_after(), Some(Duration::from_millis(150)));
     clock.advance(150 * MS);
     let p = w.ready();
-    assert_eq!(p.delay_ns(), 250 * MS, "booked until the debt before it ends");
+    assert_eq!(
+        p.delay_ns(),
+        250 * MS,
+        "booked until the debt before it ends"
+    );
 }
 
 #[test]
@@ -146,8 +150,12 @@ fn weights_share_three_to_one_inside_one_priority() {
     let s = sched(&t, &clock, Duration::ZERO);
     let (a, b) = (s.workload("a").unwrap(), s.workload("b").unwrap());
     let mut held = a.try_acquire(100).unwrap().unwrap();
-    let mut wa: Vec<Waiter> = (0..40).map(|_| Waiter::new(a.request(100)).queue()).collect();
-    let mut wb: Vec<Waiter> = (0..40).map(|_| Waiter::new(b.request(100)).queue()).collect();
+    let mut wa: Vec<Waiter> = (0..40)
+        .map(|_| Waiter::new(a.request(100)).queue())
+        .collect();
+    let mut wb: Vec<Waiter> = (0..40)
+        .map(|_| Waiter::new(b.request(100)).queue())
+        .collect();
     let mut served = [0, 0];
     for _ in 0..40 {
         drop(held);
@@ -183,7 +191,9 @@ fn a_customer_with_one_query_gets_half_against_one_with_eight() {
     let clock = Arc::new(ManualClock::new(0));
     let s = sched(&t, &clock, Duration::ZERO);
     let a0 = s.workload("A0").unwrap();
-    let bs: Vec<_> = (0..8).map(|i| s.workload(&format!("B{i}")).unwrap()).collect();
+    let bs: Vec<_> = (0..8)
+        .map(|i| s.workload(&format!("B{i}")).unwrap())
+        .collect();
     let mut held = Some(a0.try_acquire(10).unwrap().unwrap());
     let mut waiters: Vec<(bool, Waiter)> = (0..16)
         .map(|_| (true, Waiter::new(a0.request(10)).queue()))
@@ -219,30 +229,42 @@ fn a_cap_limits_even_an_idle_disk_and_its_sibling_is_not_slowed() {
     let (scan, q) = (s.workload("scan").unwrap(), s.workload("q").unwrap());
     assert!(scan.try_acquire(50).unwrap().is_some());
     assert!(scan.try_acquire(10).unwrap().is_some(), "into debt");
-    assert!(scan.try_acquire(10).unwrap().is_none(), "alone on the disk, still capped");
+    assert!(
+        scan.try_acquire(10).unwrap().is_none(),
+        "alone on the disk, still capped"
+    );
     let mut w = Waiter::new(scan.request(10)).queue();
     for _ in 0..5 {
         assert!(q.try_acquire(1 << 30).unwrap().is_some(), "q is not capped");
     }
     assert_eq!(w.req.retry_after(), Some(Duration::from_millis(100)));
     clock.advance(100 * MS);
-    w.ready();
+    drop(w.ready());
 }
 
 #[test]
 fn in_flight_requests_never_exceed_the_limit_and_a_completion_hands_over() {
     let t = tree(vec![
-        WorkloadSpec::new("all").max_io_requests(2).max_bytes_inflight(300),
+        WorkloadSpec::new("all")
+            .max_io_requests(2)
+            .max_bytes_inflight(300),
         WorkloadSpec::new("q").parent("all"),
     ]);
     let clock = Arc::new(ManualClock::new(0));
     let s = sched(&t, &clock, Duration::ZERO);
     let q = s.workload("q").unwrap();
     let p1 = q.try_acquire(200).unwrap().unwrap();
-    assert!(q.try_acquire(200).unwrap().is_none(), "200 + 200 > 300 bytes");
+    assert!(
+        q.try_acquire(200).unwrap().is_none(),
+        "200 + 200 > 300 bytes"
+    );
     let mut w1 = Waiter::new(q.request(200)).queue();
     let mut w2 = Waiter::new(q.request(50)).queue();
-    assert_eq!(w1.req.retry_after(), None, "no cap: woken by the completion");
+    assert_eq!(
+        w1.req.retry_after(),
+        None,
+        "no cap: woken by the completion"
+    );
     assert_eq!(s.in_flight("all").unwrap(), (1, 200));
     assert_eq!(w2.woken(), 0, "FIFO within the leaf: w2 waits behind w1");
     p1.complete();
@@ -251,10 +273,16 @@ fn in_flight_requests_never_exceed_the_limit_and_a_completion_hands_over() {
     assert_eq!(w2.woken(), 1, "50 more fit beside 200");
     let p3 = w2.ready();
     assert_eq!(s.in_flight("all").unwrap(), (2, 250));
-    assert!(q.try_acquire(1).unwrap().is_none(), "two requests in flight");
+    assert!(
+        q.try_acquire(1).unwrap().is_none(),
+        "two requests in flight"
+    );
     drop((p2, p3));
     assert_eq!(s.in_flight("all").unwrap(), (0, 0));
-    let big = q.try_acquire(1000).unwrap().expect("alone, larger than the limit");
+    let big = q
+        .try_acquire(1000)
+        .unwrap()
+        .expect("alone, larger than the limit");
     assert!(q.try_acquire(1).unwrap().is_none());
     drop(big);
 }
@@ -278,9 +306,13 @@ fn a_dropped_queued_request_hands_its_turn_on_and_charges_nothing() {
     assert!(w2.poll().is_pending());
     assert_eq!(w2.req.retry_after(), Some(Duration::from_millis(100)));
     assert_eq!(s.queued(), 1);
-    assert_eq!(s.cap_tokens_nano("all").unwrap(), Some(tok(-100)), "w1 charged nothing");
+    assert_eq!(
+        s.cap_tokens_nano("all").unwrap(),
+        Some(tok(-100)),
+        "w1 charged nothing"
+    );
     clock.advance(100 * MS);
-    w2.ready();
+    drop(w2.ready());
     assert_eq!(s.cap_tokens_nano("all").unwrap(), Some(tok(-100)));
 }
 
@@ -329,8 +361,10 @@ fn a_child_back_from_idle_catches_up_by_its_share_of_tau_only() {
     let s = sched(&t, &clock, Duration::from_millis(100));
     let (a, b) = (s.workload("a").unwrap(), s.workload("b").unwrap());
     let mut held = Some(a.try_acquire(100).unwrap().unwrap());
-    let mut was: Vec<Waiter> = (0..20).map(|_| Waiter::new(a.request(100)).queue()).collect();
-    let mut next = |ws: &mut Vec<Waiter>, held: &mut Option<Permit>| {
+    let mut was: Vec<Waiter> = (0..20)
+        .map(|_| Waiter::new(a.request(100)).queue())
+        .collect();
+    let next = |ws: &mut Vec<Waiter>, held: &mut Option<Permit<'_>>| {
         held.take();
         let i = ws.iter().position(|w| w.woken() > 0)?;
         *held = Some(ws.remove(i).ready());
@@ -340,7 +374,9 @@ fn a_child_back_from_idle_catches_up_by_its_share_of_tau_only() {
     for _ in 0..10 {
         next(&mut was, &mut held).unwrap();
     }
-    let mut wbs: Vec<Waiter> = (0..10).map(|_| Waiter::new(b.request(100)).queue()).collect();
+    let mut wbs: Vec<Waiter> = (0..10)
+        .map(|_| Waiter::new(b.request(100)).queue())
+        .collect();
     let mut order = String::new();
     for _ in 0..8 {
         held.take();
@@ -363,7 +399,9 @@ fn cpu_slots_share_by_weight_under_max_concurrent_threads() {
     let t = tree(vec![
         WorkloadSpec::new("all").max_concurrent_threads(2),
         WorkloadSpec::new("a").parent("all").weight(2),
-        WorkloadSpec::new("b").parent("all").max_concurrent_threads(1),
+        WorkloadSpec::new("b")
+            .parent("all")
+            .max_concurrent_threads(1),
     ]);
     let s = WorkloadScheduler::builder(&t, Resource::CpuSlots)
         .clock(Arc::new(ManualClock::new(0)))
@@ -382,7 +420,11 @@ fn cpu_slots_share_by_weight_under_max_concurrent_threads() {
     drop(b1);
     let b2 = wb.ready();
     drop(a2);
-    assert_eq!(s.in_flight("all").unwrap(), (1, 0), "slots are counted, not bytes");
+    assert_eq!(
+        s.in_flight("all").unwrap(),
+        (1, 0),
+        "slots are counted, not bytes"
+    );
     assert_eq!(s.in_flight("b").unwrap(), (1, 0));
     drop(b2);
 }
@@ -431,7 +473,11 @@ fn a_live_change_of_weights_and_caps_keeps_queued_requests_and_charges() {
     assert!(wa.poll().is_pending() && wb.poll().is_pending());
     clock.advance(MS);
     let ready = [wa.poll().is_ready(), wb.poll().is_ready()];
-    assert_eq!(ready, [true, false], "one request per debt; a first (weight 5)");
+    assert_eq!(
+        ready,
+        [true, false],
+        "one request per debt; a first (weight 5)"
+    );
     // A new burst duration: a new bucket with the same debt.
     s.update(&tree(vec![
         WorkloadSpec::new("all")
@@ -477,7 +523,10 @@ fn removing_a_busy_workload_is_refused_and_changes_nothing() {
     ]);
     assert!(matches!(
         s.update(&with_child),
-        Err(WorkloadError::Busy { change: "giving it children", .. })
+        Err(WorkloadError::Busy {
+            change: "giving it children",
+            ..
+        })
     ));
     drop(held);
     let p = w.ready();
@@ -492,9 +541,15 @@ fn removing_a_busy_workload_is_refused_and_changes_nothing() {
         Poll::Ready(Err(WorkloadError::Removed { .. }))
     ));
     let b = s.workload("b").unwrap();
-    assert!(b.try_acquire(1).unwrap().is_none(), "a's request still holds the root");
+    assert!(
+        b.try_acquire(1).unwrap().is_none(),
+        "a's request still holds the root"
+    );
     drop(p);
-    assert!(b.try_acquire(1).unwrap().is_some(), "its completion gave the place back");
+    assert!(
+        b.try_acquire(1).unwrap().is_some(),
+        "its completion gave the place back"
+    );
 }
 
 #[test]
@@ -538,7 +593,10 @@ fn a_cycle_is_refused() {
         "{e:?}"
     );
     assert!(e.to_string().contains("a -> b -> a") || e.to_string().contains("b -> a -> b"));
-    let selfish = rejects(vec![WorkloadSpec::new("all"), WorkloadSpec::new("s").parent("s")]);
+    let selfish = rejects(vec![
+        WorkloadSpec::new("all"),
+        WorkloadSpec::new("s").parent("s"),
+    ]);
     assert_eq!(
         selfish,
         WorkloadError::Cycle {
@@ -551,7 +609,10 @@ fn a_cycle_is_refused() {
 #[test]
 fn an_unknown_parent_is_refused() {
     assert_eq!(
-        rejects(vec![WorkloadSpec::new("all"), WorkloadSpec::new("q").parent("nope")]),
+        rejects(vec![
+            WorkloadSpec::new("all"),
+            WorkloadSpec::new("q").parent("nope")
+        ]),
         WorkloadError::UnknownParent {
             node: "q".into(),
             parent: "nope".into()
@@ -563,7 +624,10 @@ fn an_unknown_parent_is_refused() {
 fn a_weight_of_zero_or_too_large_is_refused() {
     for w in [0, slotring_throttle::WORKLOAD_MAX_WEIGHT + 1] {
         assert_eq!(
-            rejects(vec![WorkloadSpec::new("all"), WorkloadSpec::new("q").parent("all").weight(w)]),
+            rejects(vec![
+                WorkloadSpec::new("all"),
+                WorkloadSpec::new("q").parent("all").weight(w)
+            ]),
             WorkloadError::Weight {
                 node: "q".into(),
                 weight: w,
@@ -575,16 +639,22 @@ fn a_weight_of_zero_or_too_large_is_refused() {
 
 #[test]
 fn a_cap_of_zero_is_refused_for_every_setting() {
-    let cases: [(&str, fn(WorkloadSpec) -> WorkloadSpec); 6] = [
+    type Set = fn(WorkloadSpec) -> WorkloadSpec;
+    let cases: [(&str, Set); 6] = [
         ("max_bytes_per_second", |s| s.max_bytes_per_second(0)),
-        ("max_burst_bytes", |s| s.max_bytes_per_second(1).max_burst_bytes(0)),
+        ("max_burst_bytes", |s| {
+            s.max_bytes_per_second(1).max_burst_bytes(0)
+        }),
         ("max_iops", |s| s.max_iops(0)),
         ("max_io_requests", |s| s.max_io_requests(0)),
         ("max_bytes_inflight", |s| s.max_bytes_inflight(0)),
         ("max_concurrent_threads", |s| s.max_concurrent_threads(0)),
     ];
     for (setting, set) in cases {
-        let e = rejects(vec![WorkloadSpec::new("all"), set(WorkloadSpec::new("q").parent("all"))]);
+        let e = rejects(vec![
+            WorkloadSpec::new("all"),
+            set(WorkloadSpec::new("q").parent("all")),
+        ]);
         assert_eq!(
             e,
             WorkloadError::ZeroCap {
@@ -634,14 +704,20 @@ fn duplicate_names_are_refused() {
         ]),
         WorkloadError::Duplicate { node: "q".into() }
     );
-    assert_eq!(rejects(vec![WorkloadSpec::new("")]), WorkloadError::EmptyName);
+    assert_eq!(
+        rejects(vec![WorkloadSpec::new("")]),
+        WorkloadError::EmptyName
+    );
 }
 
 #[test]
 fn a_priority_out_of_range_is_refused() {
     for p in [i64::MIN, -32_769, 32_768, i64::MAX] {
         assert_eq!(
-            rejects(vec![WorkloadSpec::new("all"), WorkloadSpec::new("q").parent("all").priority(p)]),
+            rejects(vec![
+                WorkloadSpec::new("all"),
+                WorkloadSpec::new("q").parent("all").priority(p)
+            ]),
             WorkloadError::Priority {
                 node: "q".into(),
                 priority: p,
@@ -677,13 +753,20 @@ fn a_tree_has_exactly_one_root_and_bounded_depth() {
     }
     assert!(matches!(
         rejects(chain),
-        WorkloadError::TooDeep { depth: 65, max: 64, .. }
+        WorkloadError::TooDeep {
+            depth: 65,
+            max: 64,
+            ..
+        }
     ));
 }
 
 #[test]
 fn requests_enter_known_leaves_only_and_tau_is_bounded() {
-    let t = tree(vec![WorkloadSpec::new("all"), WorkloadSpec::new("q").parent("all")]);
+    let t = tree(vec![
+        WorkloadSpec::new("all"),
+        WorkloadSpec::new("q").parent("all"),
+    ]);
     let s = WorkloadScheduler::new(&t, Resource::Io).unwrap();
     assert_eq!(
         s.workload("nope").unwrap_err(),

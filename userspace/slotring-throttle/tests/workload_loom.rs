@@ -43,7 +43,11 @@ fn a_completion_racing_a_queuing_request_never_loses_its_wake_up() {
             WorkloadSpec::new("q").parent("all"),
         ]);
         let q = s.workload("q").unwrap();
-        let held = q.try_acquire(1).unwrap().expect("the one place").into_owned();
+        let held = q
+            .try_acquire(1)
+            .unwrap()
+            .expect("the one place")
+            .into_owned();
         let t1 = loom::thread::spawn(move || drop(held));
         let q2 = q.clone();
         let t2 = loom::thread::spawn(move || {

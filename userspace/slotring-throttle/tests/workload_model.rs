@@ -195,16 +195,18 @@ impl Reference {
             let &(id, cost) = self.nodes[n].queue.front()?;
             (n, id, cost)
         } else {
-            let mut best: Option<(i64, u128, usize, (usize, usize, u64))> = None;
+            // (priority, virtual runtime, index) of the best child, and its offer.
+            type Best = ((i64, u128, usize), (usize, usize, u64));
+            let mut best: Option<Best> = None;
             for c in self.nodes[n].children.clone() {
                 if let Some(cand) = self.candidate(c, now) {
                     let key = (self.nodes[c].priority, self.nodes[c].vr, c);
-                    if best.as_ref().is_none_or(|b| key < (b.0, b.1, b.2)) {
-                        best = Some((key.0, key.1, key.2, cand));
+                    if best.as_ref().is_none_or(|b| key < b.0) {
+                        best = Some((key, cand));
                     }
                 }
             }
-            best?.3
+            best?.1
         };
         self.fits(n, c.2).then_some(c)
     }
@@ -385,7 +387,7 @@ proptest! {
         let leaves: Vec<usize> = (0..specs.len()).filter(|&i| tree.is_leaf(&specs[i].name)).collect();
         let handles: Vec<_> = leaves.iter().map(|&i| s.workload(&specs[i].name).unwrap()).collect();
         let mut queued: Vec<(usize, usize, Request)> = Vec::new();
-        let mut held: Vec<(usize, Permit)> = Vec::new();
+        let mut held: Vec<(usize, Permit<'_>)> = Vec::new();
         let mut next = 0usize;
         let mut now = 0u64;
         let mut cx = Context::from_waker(Waker::noop());

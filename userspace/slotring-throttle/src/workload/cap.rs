@@ -297,8 +297,15 @@ mod tests {
         let c = cap(100, 100);
         assert_eq!(c.admit(150, 0, 0).unwrap(), Admit::Charged { delay_ns: 0 });
         // 50 tokens of debt at 100/s: eligible again in 0.5 s.
-        assert_eq!(c.admit(1, 0, 0).unwrap(), Admit::Refused { eligible_at: S / 2 });
-        assert_eq!(c.tokens_nano(0), Some(-50 * NANO), "the refusal was refunded");
+        assert_eq!(
+            c.admit(1, 0, 0).unwrap(),
+            Admit::Refused { eligible_at: S / 2 }
+        );
+        assert_eq!(
+            c.tokens_nano(0),
+            Some(-50 * NANO),
+            "the refusal was refunded"
+        );
         assert_eq!(c.eligible_at(0, 0), Some(S / 2));
         assert_eq!(c.eligible_at(S / 2, 0), None);
     }
@@ -319,7 +326,9 @@ mod tests {
         );
         assert_eq!(
             c.admit(10, 0, S / 5).unwrap(),
-            Admit::Refused { eligible_at: S / 10 }
+            Admit::Refused {
+                eligible_at: S / 10
+            }
         );
     }
 
@@ -328,17 +337,41 @@ mod tests {
         let c = cap(100, 100);
         c.admit(150, 0, 0).unwrap();
         // Same burst duration (1 s): the bucket keeps its state.
-        c.change(Some(CapSpec { rate: 200, burst: 200 }), 0).unwrap();
+        c.change(
+            Some(CapSpec {
+                rate: 200,
+                burst: 200,
+            }),
+            0,
+        )
+        .unwrap();
         assert_eq!(c.tokens_nano(0), Some(-50 * NANO));
         // Another duration: a new bucket with the same 50 tokens of debt.
-        c.change(Some(CapSpec { rate: 200, burst: 50 }), 0).unwrap();
+        c.change(
+            Some(CapSpec {
+                rate: 200,
+                burst: 50,
+            }),
+            0,
+        )
+        .unwrap();
         assert_eq!(c.tokens_nano(0), Some(-50 * NANO));
         assert_eq!(c.eligible_at(0, 0), Some(S / 4));
         // Removed: admits everything.
         c.change(None, 0).unwrap();
-        assert_eq!(c.admit(1 << 40, 0, 0).unwrap(), Admit::Charged { delay_ns: 0 });
+        assert_eq!(
+            c.admit(1 << 40, 0, 0).unwrap(),
+            Admit::Charged { delay_ns: 0 }
+        );
         // Added back: starts full.
-        c.change(Some(CapSpec { rate: 10, burst: 10 }), 0).unwrap();
+        c.change(
+            Some(CapSpec {
+                rate: 10,
+                burst: 10,
+            }),
+            0,
+        )
+        .unwrap();
         assert_eq!(c.tokens_nano(0), Some(10 * NANO));
     }
 }

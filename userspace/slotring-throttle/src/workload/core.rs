@@ -475,7 +475,10 @@ impl Tree {
             }
             path.reverse();
             let leaf = n;
-            let req = self.nodes[leaf].queue.front().expect("an active leaf queues");
+            let req = self.nodes[leaf]
+                .queue
+                .front()
+                .expect("an active leaf queues");
             // In-flight places first: they can be given back without a trace.
             let mut places = Places::default();
             for (k, i) in path.iter().enumerate() {
@@ -500,7 +503,11 @@ impl Tree {
             for (k, i) in path.iter().enumerate() {
                 for ops in [false, true] {
                     let sh = &self.nodes[i].shared;
-                    let (cap, cost) = if ops { (&sh.ops, 1) } else { (&sh.bytes, req.cost) };
+                    let (cap, cost) = if ops {
+                        (&sh.ops, 1)
+                    } else {
+                        (&sh.bytes, req.cost)
+                    };
                     match cap.admit(cost, now, self.tau_ns) {
                         Ok(super::cap::Admit::Charged { delay_ns: d }) => {
                             delay_ns = delay_ns.max(d);
@@ -549,8 +556,11 @@ impl Tree {
             for w in path.as_slice().windows(2) {
                 let (c, p) = (w[0] as usize, w[1] as usize);
                 let a = self.is_active(c);
-                let (prio, weight, mut vr) =
-                    (self.nodes[c].priority, self.nodes[c].weight, self.nodes[c].vr);
+                let (prio, weight, mut vr) = (
+                    self.nodes[c].priority,
+                    self.nodes[c].weight,
+                    self.nodes[c].vr,
+                );
                 self.nodes[p]
                     .children
                     .served(prio, c, &mut vr, req.cost, weight, a);

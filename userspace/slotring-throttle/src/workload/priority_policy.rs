@@ -106,7 +106,11 @@ mod tests {
         p.activate(1, 7, &mut lo, 0);
         assert_eq!(p.first(), Some(7));
         p.activate(0, 3, &mut hi, 0);
-        assert_eq!(p.first(), Some(3), "priority 0 before 1, whatever came first");
+        assert_eq!(
+            p.first(),
+            Some(3),
+            "priority 0 before 1, whatever came first"
+        );
         p.served(0, 3, &mut hi, 10, 1, false);
         assert_eq!(p.first(), Some(7));
         p.deactivate(1, 7, lo);

@@ -114,10 +114,7 @@ impl Shared {
                 Ok(booked) => Slot::Granted { at: now, booked },
                 Err(e) => Slot::Failed(e),
             };
-            if let Some(Slot::Queued {
-                waker: Some(w), ..
-            }) = st.slots.insert(d.id, slot)
-            {
+            if let Some(Slot::Queued { waker: Some(w), .. }) = st.slots.insert(d.id, slot) {
                 wake.push(w);
             }
         }
@@ -176,17 +173,22 @@ impl Shared {
         {
             let mut st = lock(&self.state);
             let now = self.now();
-            let nodes = path
-                .iter()
-                .enumerate()
-                .filter(|(k, n)| places.get(*k) != 0 && !n.removed.load(Ordering::SeqCst))
-                .map(|(_, n)| n.index());
+            let nodes = held_nodes(path, places);
             st.tree.released(nodes, now);
             Self::pump(&mut st, now, &mut wake);
             Self::keep_time(&mut st, None, &mut wake);
         }
         wake.into_iter().for_each(Waker::wake);
     }
+}
+
+/// The arena indices of the nodes of `path` where `places` were held (and
+/// that a live change did not remove).
+fn held_nodes(path: &[Arc<NodeShared>], places: Places) -> impl Iterator<Item = usize> + '_ {
+    path.iter()
+        .enumerate()
+        .filter(move |(k, n)| places.get(*k) != 0 && !n.removed.load(Ordering::SeqCst))
+        .map(|(_, n)| n.index())
 }
 
 /// Builder for [`WorkloadScheduler`]; see [`WorkloadScheduler::builder`].
@@ -530,10 +532,9 @@ impl Workload {
         let _parked = crate::park::park_current_lease();
         loop {
             match req.retry_after() {
-                Some(d) => std::thread::park_timeout(d.clamp(
-                    Duration::from_micros(10),
-                    Duration::from_secs(1),
-                )),
+                Some(d) => std::thread::park_timeout(
+                    d.clamp(Duration::from_micros(10), Duration::from_secs(1)),
+                ),
                 None => std::thread::park(),
             }
             if let Poll::Ready(r) = req.poll(&mut cx) {
@@ -730,10 +731,7 @@ impl Drop for Request {
                     for (k, n) in inner.path.iter().enumerate() {
                         n.inflight.release(booked.cost, booked.places.get(k));
                     }
-                    let nodes = inner.path.iter().enumerate().filter_map(|(k, n)| {
-                        (booked.places.get(k) != 0 && !n.removed.load(Ordering::SeqCst))
-                            .then(|| n.index())
-                    });
+                    let nodes = held_nodes(&inner.path, booked.places);
                     st.tree.released(nodes, now);
                 }
                 _ => {}

@@ -135,11 +135,20 @@ impl WorkloadSpec {
             ("max_iops", self.max_iops, MAX_RATE),
             ("max_io_requests", self.max_io_requests, u64::MAX),
             ("max_bytes_inflight", self.max_bytes_inflight, u64::MAX),
-            ("max_concurrent_threads", self.max_concurrent_threads, u64::MAX),
+            (
+                "max_concurrent_threads",
+                self.max_concurrent_threads,
+                u64::MAX,
+            ),
         ];
         for (setting, value, max) in settings {
             match value {
-                Some(0) => return Err(WorkloadError::ZeroCap { node: node(), setting }),
+                Some(0) => {
+                    return Err(WorkloadError::ZeroCap {
+                        node: node(),
+                        setting,
+                    });
+                }
                 Some(value) if value > max => {
                     return Err(WorkloadError::CapTooLarge {
                         node: node(),
@@ -213,8 +222,10 @@ impl WorkloadTree {
             while let Some(p) = &at.parent {
                 let pi = index[p.as_str()];
                 if let Some(pos) = chain.iter().position(|&c| c == pi) {
-                    let mut cycle: Vec<String> =
-                        chain[pos..].iter().map(|&c| specs[c].name.clone()).collect();
+                    let mut cycle: Vec<String> = chain[pos..]
+                        .iter()
+                        .map(|&c| specs[c].name.clone())
+                        .collect();
                     cycle.push(specs[pi].name.clone());
                     return Err(WorkloadError::Cycle {
                         node: specs[pi].name.clone(),
@@ -264,9 +275,6 @@ impl WorkloadTree {
 
     /// Whether `name` is a leaf (no workload names it as parent).
     pub fn is_leaf(&self, name: &str) -> bool {
-        !self
-            .specs
-            .iter()
-            .any(|s| s.parent.as_deref() == Some(name))
+        !self.specs.iter().any(|s| s.parent.as_deref() == Some(name))
     }
 }
