@@ -130,8 +130,6 @@ pub(crate) struct Tree {
     sleeping: BTreeSet<(u64, usize)>,
     tau_ns: u64,
     resource: Resource,
-    /// Nodes removed by live changes (their permits may still be out).
-    retired: Vec<Arc<NodeShared>>,
 }
 
 fn priority_of(spec: &WorkloadSpec) -> i16 {
@@ -177,14 +175,13 @@ impl Tree {
                 sh.change(s, resource, now)?;
             }
         }
+        // A removed workload's shared state lives on in its permits still
+        // out, which give their places back to it.
         let mut old_nodes: HashMap<String, NodeCore> = HashMap::new();
-        let mut retired = Vec::new();
         if let Some(o) = old {
-            retired = std::mem::take(&mut o.retired);
             for n in o.nodes.drain(..) {
                 if !by_name.contains_key(&n.shared.name) {
                     n.shared.removed.store(true, Ordering::SeqCst);
-                    retired.push(n.shared.clone());
                 }
                 old_nodes.insert(n.shared.name.clone(), n);
             }
@@ -238,7 +235,6 @@ impl Tree {
             sleeping: BTreeSet::new(),
             tau_ns,
             resource,
-            retired,
         };
         // Backlogs from the queues, children before parents.
         for i in (0..t.nodes.len()).rev() {

@@ -4,7 +4,7 @@
 //! # Model
 //!
 //! A node's children are grouped by priority, each group a
-//! [`FairLevel`](super::fair_policy::FairLevel). The next request comes from
+//! `FairLevel` (the `fair_policy` module). The next request comes from
 //! the group of the lowest priority value that has an active child; lower
 //! groups are served only when every higher one has nothing eligible (no
 //! queued request, or all of them blocked by their own caps or in-flight
