@@ -55,8 +55,9 @@
 //! then, which an IO engine waits as a timeout SQE, so the next booking is
 //! made before the previous one's time is up and the device never idles at
 //! a hand-over (the crate's flat `FairGate` does the same). It bounds how far
-//! background work can be booked ahead of a user request: a priority-0
-//! request waits at most one request of lower priority plus τ. Default
+//! background work can be booked ahead of a user request: behind a cap, a
+//! priority-0 request waits at most one request of lower priority plus τ
+//! (behind an in-flight limit, until the first completion). Default
 //! [`DEFAULT_TAU`] = 1 ms: Seastar's 5 ms would let a 64 MiB/s background
 //! scan put 5 ms in front of every user read.
 //!
@@ -83,7 +84,10 @@
 //!
 //! A request whose path has nothing queued takes its in-flight places and
 //! its caps' charges with atomics only (see the `scheduler` module): no
-//! lock when no level queues.
+//! lock when no level queues. The fair order counts the service it decides:
+//! such a request is not added to its workload's virtual runtime (nothing
+//! competed with it), and when requests queue again every child starts
+//! within the catch-up bound of its siblings.
 //!
 //! ```
 //! use slotring_throttle::{Resource, WorkloadScheduler, WorkloadSpec, WorkloadTree};
