@@ -101,6 +101,9 @@ struct NodeCore {
     credit: u128,
     /// That rate, tokens/s (`u128::MAX`: no cap at or above).
     tightest: u128,
+    /// Whether it has a cap or an in-flight limit (else it never blocks,
+    /// and its shared state need not be read to know it).
+    constrained: bool,
 }
 
 /// A request the dispatch let go.
@@ -221,7 +224,12 @@ impl Tree {
                 blocked: Blocked::Open,
                 credit,
                 tightest,
+                constrained: false,
             });
+        }
+        for n in &mut nodes {
+            let sh = &n.shared;
+            n.constrained = sh.bytes.present() || sh.ops.present() || sh.inflight.limited();
         }
         for i in 0..nodes.len() {
             if let Some(p) = nodes[i].parent {
@@ -331,6 +339,9 @@ impl Tree {
     fn refresh(&mut self, i: usize, now: u64) {
         let tau = self.tau_ns;
         let n = &self.nodes[i];
+        if !n.constrained {
+            return self.set_blocked(i, Blocked::Open);
+        }
         let cap = match (
             n.shared.bytes.eligible_at(now, tau),
             n.shared.ops.eligible_at(now, tau),
@@ -478,6 +489,9 @@ impl Tree {
             // In-flight places first: they can be given back without a trace.
             let mut places = Places::default();
             for (k, i) in path.iter().enumerate() {
+                if !self.nodes[i].constrained {
+                    continue;
+                }
                 let f = &self.nodes[i].shared.inflight;
                 if !f.limited() {
                     continue;
@@ -497,6 +511,9 @@ impl Tree {
             // Bit `k` of each: that cap of the `k`-th node was charged.
             let mut charged = (0u64, 0u64);
             for (k, i) in path.iter().enumerate() {
+                if !self.nodes[i].constrained {
+                    continue;
+                }
                 for ops in [false, true] {
                     let sh = &self.nodes[i].shared;
                     let (cap, cost) = if ops {

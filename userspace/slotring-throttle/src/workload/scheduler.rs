@@ -605,7 +605,7 @@ impl Request {
                 }
             }
         }
-        let wl = self.workload.clone();
+        let wl = &self.workload;
         let sched = &wl.inner.sched;
         let id = match self.state {
             RequestState::Done => panic!("a workload request polled after it was ready"),
@@ -631,7 +631,16 @@ impl Request {
                 st.tree.push(leaf, id, self.cost, now);
                 Shared::pump(&mut st, now, &mut wake);
                 self.state = RequestState::Queued(id);
-                let r = self.settle(&mut st, id, now, cx, &mut wake);
+                let r = settle(
+                    wl,
+                    &mut self.state,
+                    &mut self.retry_in_ns,
+                    &mut st,
+                    id,
+                    now,
+                    cx,
+                    &mut wake,
+                );
                 drop(st);
                 wake.into_iter().for_each(Waker::wake);
                 return r;
@@ -644,52 +653,19 @@ impl Request {
         if matches!(st.slots.get(&id), Some(Slot::Queued { .. })) {
             Shared::pump(&mut st, now, &mut wake);
         }
-        let r = self.settle(&mut st, id, now, cx, &mut wake);
+        let r = settle(
+            wl,
+            &mut self.state,
+            &mut self.retry_in_ns,
+            &mut st,
+            id,
+            now,
+            cx,
+            &mut wake,
+        );
         drop(st);
         wake.into_iter().for_each(Waker::wake);
         r
-    }
-
-    /// After a dispatch round: the permit if it came, else keep the waker.
-    fn settle(
-        &mut self,
-        st: &mut State,
-        id: u64,
-        now: u64,
-        cx: &mut Context<'_>,
-        wake: &mut Vec<Waker>,
-    ) -> Poll<Result<Permit<'static>, WorkloadError>> {
-        match st.slots.get_mut(&id) {
-            Some(Slot::Queued { waker, .. }) => {
-                match waker {
-                    Some(w) if w.will_wake(cx.waker()) => {}
-                    _ => *waker = Some(cx.waker().clone()),
-                }
-                Shared::keep_time(st, Some(id), wake);
-                if let Some((t, at)) = st.timekeeper
-                    && t == id
-                {
-                    self.retry_in_ns = Some(at.saturating_sub(now));
-                }
-                Poll::Pending
-            }
-            _ => {
-                let slot = st.slots.remove(&id).expect("a queued request has a slot");
-                self.state = RequestState::Done;
-                if st.timekeeper.is_some_and(|(t, _)| t == id) {
-                    st.timekeeper = None;
-                }
-                Shared::keep_time(st, None, wake);
-                match slot {
-                    Slot::Granted { at, booked } => {
-                        let left = at.saturating_add(booked.delay_ns).saturating_sub(now);
-                        Poll::Ready(Ok(self.workload.permit(booked, left, true)))
-                    }
-                    Slot::Failed(e) => Poll::Ready(Err(e)),
-                    Slot::Queued { .. } => unreachable!("matched above"),
-                }
-            }
-        }
     }
 
     /// After a `Pending` poll: whether this request times the caps' debts,
@@ -702,6 +678,55 @@ impl Request {
     /// Whether it waits in a queue.
     pub fn is_queued(&self) -> bool {
         matches!(self.state, RequestState::Queued(_))
+    }
+}
+
+/// After a dispatch round: request `id`'s permit if it came, else keep its
+/// waker (and, if it times the caps, tell it when to re-poll).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of a request a poll changes, split from it so the handle is borrowed, not cloned"
+)]
+fn settle(
+    wl: &Workload,
+    state: &mut RequestState,
+    retry_in_ns: &mut Option<u64>,
+    st: &mut State,
+    id: u64,
+    now: u64,
+    cx: &mut Context<'_>,
+    wake: &mut Vec<Waker>,
+) -> Poll<Result<Permit<'static>, WorkloadError>> {
+    match st.slots.get_mut(&id) {
+        Some(Slot::Queued { waker, .. }) => {
+            match waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *waker = Some(cx.waker().clone()),
+            }
+            Shared::keep_time(st, Some(id), wake);
+            if let Some((t, at)) = st.timekeeper
+                && t == id
+            {
+                *retry_in_ns = Some(at.saturating_sub(now));
+            }
+            Poll::Pending
+        }
+        _ => {
+            let slot = st.slots.remove(&id).expect("a queued request has a slot");
+            *state = RequestState::Done;
+            if st.timekeeper.is_some_and(|(t, _)| t == id) {
+                st.timekeeper = None;
+            }
+            Shared::keep_time(st, None, wake);
+            match slot {
+                Slot::Granted { at, booked } => {
+                    let left = at.saturating_add(booked.delay_ns).saturating_sub(now);
+                    Poll::Ready(Ok(wl.permit(booked, left, true)))
+                }
+                Slot::Failed(e) => Poll::Ready(Err(e)),
+                Slot::Queued { .. } => unreachable!("matched above"),
+            }
+        }
     }
 }
 

@@ -177,6 +177,10 @@ impl WorkloadSpec {
 pub struct WorkloadTree {
     /// Parents before children (the root first), otherwise in the order given.
     specs: Vec<WorkloadSpec>,
+    /// Name → index in `specs`.
+    index: HashMap<String, usize>,
+    /// Per spec: whether no workload names it as parent.
+    leaf: Vec<bool>,
 }
 
 impl WorkloadTree {
@@ -251,11 +255,22 @@ impl WorkloadTree {
         let mut order: Vec<usize> = (0..specs.len()).collect();
         order.sort_by_key(|&i| depth[i]);
         let mut slots: Vec<Option<WorkloadSpec>> = specs.into_iter().map(Some).collect();
-        let specs = order
+        let specs: Vec<WorkloadSpec> = order
             .into_iter()
             .map(|i| slots[i].take().expect("each index once"))
             .collect();
-        Ok(Self { specs })
+        let index: HashMap<String, usize> = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.clone(), i))
+            .collect();
+        let mut leaf = vec![true; specs.len()];
+        for s in &specs {
+            if let Some(p) = &s.parent {
+                leaf[index[p.as_str()]] = false;
+            }
+        }
+        Ok(Self { specs, index, leaf })
     }
 
     /// The workloads, parents before children (the root first).
@@ -265,7 +280,7 @@ impl WorkloadTree {
 
     /// The workload named `name`.
     pub fn get(&self, name: &str) -> Option<&WorkloadSpec> {
-        self.specs.iter().find(|s| s.name == name)
+        self.index.get(name).map(|&i| &self.specs[i])
     }
 
     /// The root's name.
@@ -275,6 +290,6 @@ impl WorkloadTree {
 
     /// Whether `name` is a leaf (no workload names it as parent).
     pub fn is_leaf(&self, name: &str) -> bool {
-        !self.specs.iter().any(|s| s.parent.as_deref() == Some(name))
+        self.index.get(name).is_some_and(|&i| self.leaf[i])
     }
 }
