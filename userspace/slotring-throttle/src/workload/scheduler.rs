@@ -50,6 +50,27 @@ use super::{DEFAULT_TAU, Resource, WorkloadError};
 use crate::clock::{ClampState, Clock, MonotonicClock};
 use crate::sync::{Mutex, Ordering, lock};
 
+/// The wakers a locked section collects, woken once the lock is dropped:
+/// the first one inline (one dispatch wakes one request; no allocation).
+#[derive(Debug, Default)]
+struct Wakes {
+    one: Option<Waker>,
+    more: Vec<Waker>,
+}
+
+impl Wakes {
+    fn push(&mut self, w: Waker) {
+        match self.one {
+            None => self.one = Some(w),
+            Some(_) => self.more.push(w),
+        }
+    }
+
+    fn wake(self) {
+        self.one.into_iter().chain(self.more).for_each(Waker::wake);
+    }
+}
+
 /// A queued request's place, as the dispatch leaves it.
 #[derive(Debug)]
 enum Slot {
@@ -108,7 +129,7 @@ impl Shared {
 
     /// Dispatch everything eligible at `now`; the wakers to wake once the
     /// lock is dropped.
-    fn pump(st: &mut State, now: u64, wake: &mut Vec<Waker>) {
+    fn pump(st: &mut State, now: u64, wake: &mut Wakes) {
         while let Some(d) = st.tree.dispatch(now) {
             let slot = match d.outcome {
                 Ok(booked) => Slot::Granted { at: now, booked },
@@ -122,7 +143,7 @@ impl Shared {
 
     /// Keep exactly one queued request timing the sleeping caps, preferring
     /// `me`; wake the one chosen if it is another.
-    fn keep_time(st: &mut State, me: Option<u64>, wake: &mut Vec<Waker>) {
+    fn keep_time(st: &mut State, me: Option<u64>, wake: &mut Wakes) {
         let Some(at) = st.tree.next_wake() else {
             st.timekeeper = None;
             return;
@@ -169,7 +190,7 @@ impl Shared {
         if !behind {
             return;
         }
-        let mut wake = Vec::new();
+        let mut wake = Wakes::default();
         {
             let mut st = lock(&self.state);
             let now = self.now();
@@ -178,7 +199,7 @@ impl Shared {
             Self::pump(&mut st, now, &mut wake);
             Self::keep_time(&mut st, None, &mut wake);
         }
-        wake.into_iter().for_each(Waker::wake);
+        wake.wake();
     }
 }
 
@@ -300,7 +321,7 @@ impl WorkloadScheduler {
     /// ([`WorkloadError::Reparent`]). A removed workload's requests in flight
     /// complete as usual (a drain); new ones get [`WorkloadError::Removed`].
     pub fn update(&self, tree: &WorkloadTree) -> Result<(), WorkloadError> {
-        let mut wake = Vec::new();
+        let mut wake = Wakes::default();
         {
             let mut st = lock(&self.shared.state);
             let st = &mut *st;
@@ -317,7 +338,7 @@ impl WorkloadScheduler {
             Shared::pump(st, now, &mut wake);
             Shared::keep_time(st, None, &mut wake);
         }
-        wake.into_iter().for_each(Waker::wake);
+        wake.wake();
         Ok(())
     }
 
@@ -611,7 +632,7 @@ impl Request {
             RequestState::Done => panic!("a workload request polled after it was ready"),
             RequestState::Queued(id) => id,
             RequestState::Idle => {
-                let mut wake = Vec::new();
+                let mut wake = Wakes::default();
                 let mut st = lock(&sched.state);
                 if let Err(e) = wl.check() {
                     self.state = RequestState::Done;
@@ -642,11 +663,11 @@ impl Request {
                     &mut wake,
                 );
                 drop(st);
-                wake.into_iter().for_each(Waker::wake);
+                wake.wake();
                 return r;
             }
         };
-        let mut wake = Vec::new();
+        let mut wake = Wakes::default();
         let mut st = lock(&sched.state);
         let now = sched.now();
         // Already dispatched (the usual wake-up): nothing to pull.
@@ -664,7 +685,7 @@ impl Request {
             &mut wake,
         );
         drop(st);
-        wake.into_iter().for_each(Waker::wake);
+        wake.wake();
         r
     }
 
@@ -695,7 +716,7 @@ fn settle(
     id: u64,
     now: u64,
     cx: &mut Context<'_>,
-    wake: &mut Vec<Waker>,
+    wake: &mut Wakes,
 ) -> Poll<Result<Permit<'static>, WorkloadError>> {
     match st.slots.get_mut(&id) {
         Some(Slot::Queued { waker, .. }) => {
@@ -737,7 +758,7 @@ impl Drop for Request {
         };
         let inner = &self.workload.inner;
         let sched = &inner.sched;
-        let mut wake = Vec::new();
+        let mut wake = Wakes::default();
         {
             let mut st = lock(&sched.state);
             let now = sched.now();
@@ -767,7 +788,7 @@ impl Drop for Request {
             Shared::pump(&mut st, now, &mut wake);
             Shared::keep_time(&mut st, None, &mut wake);
         }
-        wake.into_iter().for_each(Waker::wake);
+        wake.wake();
     }
 }
 
