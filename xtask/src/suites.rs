@@ -8,6 +8,7 @@ use anyhow::Result;
 pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("throttle", ("slotring-throttle", "throttle")),
     ("fair", ("slotring-throttle", "fair")),
+    ("workload", ("slotring-throttle", "workload")),
     ("slots", ("slotring-slots", "slots")),
     ("uring", ("slotring-uring", "uring")),
     ("shared", ("slotring-uring", "shared")),
@@ -20,8 +21,11 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
 ];
 
 /// `(package, integration test)` pairs run with `--cfg loom`.
-pub(crate) const LOOM_MODELS: &[(&str, &str)] =
-    &[("slotring-throttle", "loom"), ("slotring-slots", "loom")];
+pub(crate) const LOOM_MODELS: &[(&str, &str)] = &[
+    ("slotring-throttle", "loom"),
+    ("slotring-throttle", "workload_loom"),
+    ("slotring-slots", "loom"),
+];
 
 /// Checks that committed generated files are fresh.
 pub(crate) fn ci_generated_checks(root: &Path) -> Result<()> {

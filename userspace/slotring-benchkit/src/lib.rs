@@ -6,6 +6,8 @@
 //! machine is shared and noisy: suites report medians of repeated runs and
 //! ratios; nothing here asserts a wall time.
 
+pub mod rocksdb_limiter;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;

@@ -49,6 +49,7 @@ mod tenant;
 mod throttle;
 mod throttler;
 mod wait;
+pub mod workload;
 
 pub use array::{ThrottlerArray, add_throttler};
 pub use async_reserve::AsyncReserve;
@@ -68,6 +69,12 @@ pub use tenant::{MAX_WEIGHT, Tenant, TenantScope};
 pub use throttle::{Reservation, Source, Throttle, ThrottlePtr, UNLIMITED_BLOCK};
 pub use throttler::Throttler;
 pub use wait::{BlockingWait, WaitStrategy, default_wait, install_default_wait};
+pub use workload::{
+    DEFAULT_TAU as WORKLOAD_DEFAULT_TAU, MAX_DEPTH as WORKLOAD_MAX_DEPTH,
+    MAX_WEIGHT as WORKLOAD_MAX_WEIGHT, PRIORITIES as WORKLOAD_PRIORITIES, Permit, Request,
+    Resource, Workload, WorkloadError, WorkloadScheduler, WorkloadSchedulerBuilder, WorkloadSpec,
+    WorkloadTree,
+};
 
 /// Nano-tokens per token: [`Throttler::tokens_nano`] is in these units.
 pub const NANO_PER_TOKEN: i128 = 1_000_000_000;

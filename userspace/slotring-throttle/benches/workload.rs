@@ -1,0 +1,207 @@
+//! `cargo xtask bench workload` (phase 1, provisional): the workload tree's
+//! micro-measurements that need no disk. Writes `target/bench/workload.json`.
+//!
+//! * `wl_charge_ns_3level` / `wl_charge_ns_flat`: the no-wait charge (a
+//!   permit taken and dropped) by 2 threads at once on one leaf of a
+//!   three-level path (`all` capped → `customer` → `query`) and of a flat
+//!   one (`all` capped → `query`); `wl_charge_ns_3level_3caps` caps every
+//!   level; `throttler_charge_ns` is today's flat `Throttler::reserve`.
+//! * `wl_push_pop_ns_10k`: one request queued and one dispatched, with
+//!   10,000 leaves under one fair level, each holding a queued request: the
+//!   root's in-flight limit of 1 makes every request queue, and each
+//!   completion hands the place to the next in the fair order.
+//! * `wl_grant_release_ns` / `tokio_semaphore_ns`: a CPU slot taken and
+//!   given back by 2 threads at once, nothing queued (a tree with
+//!   `max_concurrent_threads` at the root and the leaf), beside
+//!   `tokio::sync::Semaphore::try_acquire` and its permit's drop.
+
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use slotring_benchkit::{Report, median, ns_per_iter_threads};
+use slotring_throttle::{
+    Resource, Source, Throttle, Throttler, WorkloadScheduler, WorkloadSpec, WorkloadTree,
+};
+
+const FAST: u64 = 1 << 44;
+const AMOUNT: u64 = 4096;
+
+fn charge_ns(tree: Vec<WorkloadSpec>, leaf: &str) -> f64 {
+    let s = WorkloadScheduler::new(&WorkloadTree::new(tree).unwrap(), Resource::Io).unwrap();
+    let q = s.workload(leaf).unwrap();
+    ns_per_iter_threads(7, 2, 500_000, |_| {
+        let p = q.try_acquire(AMOUNT).unwrap().expect("never in debt");
+        std::hint::black_box(&p);
+    })
+}
+
+/// Pushes the id of the request it belongs to.
+struct IdWaker {
+    id: u64,
+    sink: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Wake for IdWaker {
+    fn wake(self: Arc<Self>) {
+        self.sink.lock().unwrap().push(self.id);
+    }
+}
+
+fn push_pop_ns(leaves: usize, iters: usize) -> f64 {
+    let mut specs = vec![WorkloadSpec::new("all").max_io_requests(1)];
+    specs.extend((0..leaves).map(|i| WorkloadSpec::new(format!("l{i}")).parent("all")));
+    let s = WorkloadScheduler::new(&WorkloadTree::new(specs).unwrap(), Resource::Io).unwrap();
+    let ws: Vec<_> = (0..leaves)
+        .map(|i| s.workload(&format!("l{i}")).unwrap())
+        .collect();
+    let sink = Arc::new(Mutex::new(Vec::new()));
+    // Ids are sequential: a slab indexed by id (the scheduler's own map is
+    // what is measured, not the bench's).
+    let mut waiting: Vec<Option<(slotring_throttle::Request, Waker)>> = Vec::new();
+    let mut next_id = 0u64;
+    let mut push = |k: usize, waiting: &mut Vec<Option<(slotring_throttle::Request, Waker)>>| {
+        let id = next_id;
+        next_id += 1;
+        let waker = Waker::from(Arc::new(IdWaker {
+            id,
+            sink: sink.clone(),
+        }));
+        let mut r = ws[k % leaves].request(AMOUNT);
+        assert!(r.poll(&mut Context::from_waker(&waker)).is_pending());
+        waiting.push(Some((r, waker)));
+    };
+    let mut held = ws[0].try_acquire(AMOUNT).unwrap().unwrap();
+    for k in 0..leaves {
+        push(k, &mut waiting);
+    }
+    let mut samples = Vec::new();
+    for round in 0..5 {
+        let start = Instant::now();
+        for k in 0..iters {
+            push(round * iters + k, &mut waiting);
+            drop(held);
+            let id = sink.lock().unwrap().pop().expect("one dispatched");
+            let (mut r, waker) = waiting[id as usize].take().unwrap();
+            held = match r.poll(&mut Context::from_waker(&waker)) {
+                Poll::Ready(p) => p.unwrap(),
+                Poll::Pending => panic!("woken without its turn"),
+            };
+        }
+        samples.push(start.elapsed().as_nanos() as f64 / iters as f64);
+    }
+    assert_eq!(s.queued() as usize, leaves);
+    median(&mut samples)
+}
+
+fn main() {
+    let mut r = Report::new("workload");
+    let flat = charge_ns(
+        vec![
+            WorkloadSpec::new("all").max_bytes_per_second(FAST),
+            WorkloadSpec::new("query").parent("all"),
+        ],
+        "query",
+    );
+    let three = charge_ns(
+        vec![
+            WorkloadSpec::new("all").max_bytes_per_second(FAST),
+            WorkloadSpec::new("customer").parent("all"),
+            WorkloadSpec::new("query").parent("customer"),
+        ],
+        "query",
+    );
+    let three_caps = charge_ns(
+        vec![
+            WorkloadSpec::new("all").max_bytes_per_second(FAST),
+            WorkloadSpec::new("customer")
+                .parent("all")
+                .max_bytes_per_second(FAST),
+            WorkloadSpec::new("query")
+                .parent("customer")
+                .max_bytes_per_second(FAST),
+        ],
+        "query",
+    );
+    let bare = charge_ns(
+        vec![
+            WorkloadSpec::new("all"),
+            WorkloadSpec::new("customer").parent("all"),
+            WorkloadSpec::new("query").parent("customer"),
+        ],
+        "query",
+    );
+    let t = Throttler::new(FAST).unwrap();
+    let throttler = ns_per_iter_threads(7, 2, 500_000, |_| {
+        std::hint::black_box(
+            t.reserve(AMOUNT, Duration::ZERO, 0, Source::Device)
+                .unwrap(),
+        );
+    });
+    r.put(
+        "wl_charge_ns_3level",
+        three,
+        "no-wait permit, 2 threads, a leaf two levels under the capped root",
+    );
+    r.put(
+        "wl_charge_ns_3level_3caps",
+        three_caps,
+        "the same with a cap on every level (three buckets charged)",
+    );
+    r.put(
+        "wl_charge_ns_flat",
+        flat,
+        "no-wait permit, 2 threads, one leaf under one capped root",
+    );
+    r.put("wl_charge_ratio_3level_flat", three / flat, "goal <= 1.5");
+    r.put(
+        "wl_charge_ns_3level_bare",
+        bare,
+        "the three-level path without any cap or limit (no clock read)",
+    );
+    r.put(
+        "throttler_charge_ns",
+        throttler,
+        "today's flat Throttler::reserve, no wait, 2 threads",
+    );
+    let pp = push_pop_ns(10_000, 20_000);
+    r.put(
+        "wl_push_pop_ns_10k",
+        pp,
+        "one push and one dispatch (completion, hand-over, pick-up), 10,000 queued leaves; goal <= 500",
+    );
+
+    let cpu = WorkloadScheduler::new(
+        &WorkloadTree::new(vec![
+            WorkloadSpec::new("all").max_concurrent_threads(1 << 20),
+            WorkloadSpec::new("q")
+                .parent("all")
+                .max_concurrent_threads(1 << 20),
+        ])
+        .unwrap(),
+        Resource::CpuSlots,
+    )
+    .unwrap();
+    let q = cpu.workload("q").unwrap();
+    let grant = ns_per_iter_threads(7, 2, 500_000, |_| {
+        let p = q.try_acquire(1).unwrap().expect("a slot");
+        std::hint::black_box(&p);
+    });
+    let sem = tokio::sync::Semaphore::new(1 << 20);
+    let tokio_ns = ns_per_iter_threads(7, 2, 500_000, |_| {
+        let p = sem.try_acquire().expect("a permit");
+        std::hint::black_box(&p);
+    });
+    r.put(
+        "wl_grant_release_ns",
+        grant,
+        "a CPU slot taken and given back, 2 threads, limits at root and leaf",
+    );
+    r.put(
+        "tokio_semaphore_ns",
+        tokio_ns,
+        "tokio Semaphore::try_acquire + drop, 2 threads",
+    );
+    let path = r.finish().expect("write the report");
+    eprintln!("wrote {}", path.display());
+}

@@ -1,0 +1,895 @@
+//! The concurrent scheduler: the tree's core behind one mutex, a lock-free
+//! path for requests that find nothing queued on their way to the root,
+//! wakers for the ones that queue, and permits that give in-flight places
+//! back at completion.
+//!
+//! # The lock-free path
+//!
+//! A request at leaf `L` first reads, on every node of `L`'s path, how many
+//! requests queue in that node's subtree. If none does, the fair and
+//! priority order has nothing to decide, and the request takes its
+//! in-flight places (compare-and-swap against each limit) and is charged to
+//! each cap (the cap's own charge-then-check) without any lock. A refusal
+//! anywhere gives back what was taken and the request queues under the lock.
+//! Two requests racing there may both pass a `queued == 0` check that a third
+//! is about to change: each overtakes at most the requests queued during its
+//! own few instructions, and every limit holds regardless (the in-flight
+//! limits and the caps are enforced by their own atomics).
+//!
+//! # Hand-over
+//!
+//! Whoever holds the lock pulls requests from the root while any is
+//! eligible: a request that queues, a completion that finds a queue behind
+//! one of its in-flight limits, a cancellation, a live change, or the
+//! *timekeeper*'s re-poll. A dispatched request's charges are made at that
+//! moment, its permit is left in its slot and its waker woken; its own poll
+//! picks the permit up, with the delay that remains of its booking. Time
+//! makes no event, so while requests wait only for caps' debts, exactly one
+//! queued request (RocksDB's one thread that waits for the refill) is told
+//! when to re-poll ([`Request::retry_after`]); when it leaves the queue the
+//! role passes to another queued request, which is woken to take it.
+//!
+//! # Memory ordering
+//!
+//! The `queued` counts and the in-flight counts are `SeqCst` on both sides
+//! (see the `inflight` module): a queuing request publishes its count before
+//! it reads the limits, a completion gives its place back before it reads the
+//! count, so one of them always sees the other and no wake-up is lost.
+//! Everything else the order depends on is under the mutex.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use super::core::{Booked, Tree};
+use super::inflight::Places;
+use super::node::{NodeShared, cap_error};
+use super::spec::WorkloadTree;
+use super::{DEFAULT_TAU, Resource, WorkloadError};
+use crate::clock::{ClampState, Clock, MonotonicClock};
+use crate::sync::{Mutex, Ordering, lock};
+
+/// The wakers a locked section collects, woken once the lock is dropped:
+/// the first one inline (one dispatch wakes one request; no allocation).
+#[derive(Debug, Default)]
+struct Wakes {
+    one: Option<Waker>,
+    more: Vec<Waker>,
+}
+
+impl Wakes {
+    fn push(&mut self, w: Waker) {
+        match self.one {
+            None => self.one = Some(w),
+            Some(_) => self.more.push(w),
+        }
+    }
+
+    fn wake(self) {
+        self.one.into_iter().chain(self.more).for_each(Waker::wake);
+    }
+}
+
+/// A queued request's place, as the dispatch leaves it.
+#[derive(Debug)]
+enum Slot {
+    Queued { leaf: usize, waker: Option<Waker> },
+    Granted { at: u64, booked: Booked },
+    Failed(WorkloadError),
+}
+
+/// Request ids are unique and sequential: one multiplication spreads them
+/// (SipHash's flood resistance buys nothing here).
+#[derive(Debug, Default)]
+struct IdHash(u64);
+
+impl std::hash::Hasher for IdHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type Slots = HashMap<u64, Slot, std::hash::BuildHasherDefault<IdHash>>;
+
+#[derive(Debug)]
+struct State {
+    tree: Tree,
+    spec: WorkloadTree,
+    slots: Slots,
+    next_id: u64,
+    /// The queued request told to re-poll, and when.
+    timekeeper: Option<(u64, u64)>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    clock: Arc<dyn Clock>,
+    clamp: Option<ClampState>,
+    tau_ns: u64,
+    state: Mutex<State>,
+}
+
+impl Shared {
+    fn now(&self) -> u64 {
+        let t = self.clock.now_ns();
+        match &self.clamp {
+            Some(c) => c.clamp(t),
+            None => t,
+        }
+    }
+
+    /// Dispatch everything eligible at `now`; the wakers to wake once the
+    /// lock is dropped.
+    fn pump(st: &mut State, now: u64, wake: &mut Wakes) {
+        while let Some(d) = st.tree.dispatch(now) {
+            let slot = match d.outcome {
+                Ok(booked) => Slot::Granted { at: now, booked },
+                Err(e) => Slot::Failed(e),
+            };
+            if let Some(Slot::Queued { waker: Some(w), .. }) = st.slots.insert(d.id, slot) {
+                wake.push(w);
+            }
+        }
+    }
+
+    /// Keep exactly one queued request timing the sleeping caps, preferring
+    /// `me`; wake the one chosen if it is another.
+    fn keep_time(st: &mut State, me: Option<u64>, wake: &mut Wakes) {
+        let Some(at) = st.tree.next_wake() else {
+            st.timekeeper = None;
+            return;
+        };
+        let queued = |st: &State, id: u64| matches!(st.slots.get(&id), Some(Slot::Queued { .. }));
+        if let Some((t, t_at)) = st.timekeeper
+            && t_at <= at
+            && queued(st, t)
+        {
+            // It re-polls by `t_at`; when it is the one polling now, it is
+            // told the new time.
+            if me == Some(t) {
+                st.timekeeper = Some((t, at));
+            }
+            return;
+        }
+        let chosen = match me {
+            Some(id) if queued(st, id) => Some(id),
+            _ => st
+                .slots
+                .iter()
+                .find(|(_, s)| matches!(s, Slot::Queued { .. }))
+                .map(|(&id, _)| id),
+        };
+        st.timekeeper = chosen.map(|id| (id, at));
+        if let Some(id) = chosen
+            && Some(id) != me
+            && let Some(Slot::Queued { waker: Some(w), .. }) = st.slots.get(&id)
+        {
+            wake.push(w.clone());
+        }
+    }
+
+    /// Give back the in-flight `places` taken on `path`; if a queue waits
+    /// behind one of them, hand it on under the lock.
+    fn release(&self, path: &[Arc<NodeShared>], places: Places, cost: u64) {
+        for (k, n) in path.iter().enumerate() {
+            n.inflight.release(cost, places.get(k));
+        }
+        let behind = path
+            .iter()
+            .enumerate()
+            .any(|(k, n)| places.get(k) != 0 && n.queued.load(Ordering::SeqCst) > 0);
+        if !behind {
+            return;
+        }
+        let mut wake = Wakes::default();
+        {
+            let mut st = lock(&self.state);
+            let now = self.now();
+            let nodes = held_nodes(path, places);
+            st.tree.released(nodes, now);
+            Self::pump(&mut st, now, &mut wake);
+            Self::keep_time(&mut st, None, &mut wake);
+        }
+        wake.wake();
+    }
+}
+
+/// The arena indices of the nodes of `path` where `places` were held (and
+/// that a live change did not remove).
+fn held_nodes(path: &[Arc<NodeShared>], places: Places) -> impl Iterator<Item = usize> + '_ {
+    path.iter()
+        .enumerate()
+        .filter(move |(k, n)| places.get(*k) != 0 && !n.removed.load(Ordering::SeqCst))
+        .map(|(_, n)| n.index())
+}
+
+/// Builder for [`WorkloadScheduler`]; see [`WorkloadScheduler::builder`].
+#[derive(Debug)]
+pub struct WorkloadSchedulerBuilder {
+    tree: WorkloadTree,
+    resource: Resource,
+    clock: Option<Arc<dyn Clock>>,
+    tau: Duration,
+}
+
+impl WorkloadSchedulerBuilder {
+    /// The clock (default: the process's [`MonotonicClock`]).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// The booking horizon and catch-up bound τ (default [`DEFAULT_TAU`],
+    /// at most [`crate::MAX_TAU`]).
+    pub fn tau(mut self, tau: Duration) -> Self {
+        self.tau = tau;
+        self
+    }
+
+    /// Build it: every cap's bucket starts full.
+    pub fn build(self) -> Result<WorkloadScheduler, WorkloadError> {
+        if self.tau > crate::MAX_TAU {
+            return Err(WorkloadError::Tau {
+                tau_ns: self.tau.as_nanos(),
+                max_ns: crate::MAX_TAU.as_nanos(),
+            });
+        }
+        let clock = self.clock.unwrap_or_else(MonotonicClock::shared);
+        let clamp = (!clock.never_steps_back()).then(ClampState::new);
+        let tau_ns = u64::try_from(self.tau.as_nanos()).unwrap_or(u64::MAX);
+        let shared = Shared {
+            clamp,
+            tau_ns,
+            state: Mutex::new(State {
+                tree: Tree::build(&self.tree, self.resource, tau_ns, clock.now_ns(), None)?,
+                spec: self.tree,
+                slots: Slots::default(),
+                next_id: 0,
+                timekeeper: None,
+            }),
+            clock,
+        };
+        Ok(WorkloadScheduler {
+            shared: Arc::new(shared),
+        })
+    }
+}
+
+/// One resource (a disk's bytes and IOs, or CPU slots) scheduled by a
+/// workload tree. Cheap to clone; clones are the same scheduler.
+#[derive(Debug, Clone)]
+pub struct WorkloadScheduler {
+    shared: Arc<Shared>,
+}
+
+impl WorkloadScheduler {
+    /// A scheduler of `resource` by `tree`, on the process's clock.
+    pub fn new(tree: &WorkloadTree, resource: Resource) -> Result<Self, WorkloadError> {
+        Self::builder(tree, resource).build()
+    }
+
+    /// A builder (clock, τ).
+    pub fn builder(tree: &WorkloadTree, resource: Resource) -> WorkloadSchedulerBuilder {
+        WorkloadSchedulerBuilder {
+            tree: tree.clone(),
+            resource,
+            clock: None,
+            tau: DEFAULT_TAU,
+        }
+    }
+
+    /// The leaf workload `name`, where its requests enter.
+    pub fn workload(&self, name: &str) -> Result<Workload, WorkloadError> {
+        let st = lock(&self.shared.state);
+        let i = st.tree.find(name).ok_or_else(|| WorkloadError::Unknown {
+            node: name.to_owned(),
+        })?;
+        let node = st.tree.shared(i).clone();
+        if !node.leaf.load(Ordering::SeqCst) {
+            return Err(WorkloadError::NotALeaf {
+                node: name.to_owned(),
+            });
+        }
+        let chain = st.tree.path(i);
+        let path = chain
+            .as_slice()
+            .iter()
+            .map(|&j| st.tree.shared(j as usize).clone());
+        Ok(Workload {
+            inner: Arc::new(LeafInner {
+                sched: self.shared.clone(),
+                path: path.collect(),
+                node,
+            }),
+        })
+    }
+
+    /// Change the tree live (weights, priorities, caps, in-flight limits,
+    /// workloads added or removed) while requests queue: none is lost or
+    /// charged twice. Refused, changing nothing, if it would remove a
+    /// workload or give children to a leaf while requests queue there
+    /// ([`WorkloadError::Busy`]) or move a workload to another parent
+    /// ([`WorkloadError::Reparent`]). A removed workload's requests in flight
+    /// complete as usual (a drain); new ones get [`WorkloadError::Removed`].
+    pub fn update(&self, tree: &WorkloadTree) -> Result<(), WorkloadError> {
+        let mut wake = Wakes::default();
+        {
+            let mut st = lock(&self.shared.state);
+            let st = &mut *st;
+            let now = self.shared.now();
+            let resource = st.tree.resource();
+            let new = Tree::build(tree, resource, self.shared.tau_ns, now, Some(&mut st.tree))?;
+            st.tree = new;
+            st.spec = tree.clone();
+            for (id, leaf) in st.tree.pending() {
+                if let Some(Slot::Queued { leaf: l, .. }) = st.slots.get_mut(&id) {
+                    *l = leaf;
+                }
+            }
+            Shared::pump(st, now, &mut wake);
+            Shared::keep_time(st, None, &mut wake);
+        }
+        wake.wake();
+        Ok(())
+    }
+
+    /// The tree in force.
+    pub fn tree(&self) -> WorkloadTree {
+        lock(&self.shared.state).spec.clone()
+    }
+
+    /// Requests queued in the whole tree.
+    pub fn queued(&self) -> u64 {
+        lock(&self.shared.state).tree.queued()
+    }
+
+    /// Requests queued in `name`'s subtree.
+    pub fn queued_at(&self, name: &str) -> Result<u64, WorkloadError> {
+        let st = lock(&self.shared.state);
+        let i = st.tree.find(name).ok_or_else(|| WorkloadError::Unknown {
+            node: name.to_owned(),
+        })?;
+        Ok(st.tree.backlog(i))
+    }
+
+    /// Requests and bytes in flight through `name`, each counted where
+    /// `name` limits it (`max_io_requests` / `max_concurrent_threads`,
+    /// `max_bytes_inflight`), 0 elsewhere.
+    pub fn in_flight(&self, name: &str) -> Result<(u64, u64), WorkloadError> {
+        self.with_node(name, |n| n.inflight.counts())
+    }
+
+    /// Tokens in `name`'s byte cap now, nano-tokens (`None`: no cap).
+    pub fn cap_tokens_nano(&self, name: &str) -> Result<Option<i128>, WorkloadError> {
+        let now = self.shared.now();
+        self.with_node(name, |n| n.bytes.tokens_nano(now))
+    }
+
+    fn with_node<R>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&NodeShared) -> R,
+    ) -> Result<R, WorkloadError> {
+        let st = lock(&self.shared.state);
+        let i = st.tree.find(name).ok_or_else(|| WorkloadError::Unknown {
+            node: name.to_owned(),
+        })?;
+        Ok(f(st.tree.shared(i)))
+    }
+}
+
+#[derive(Debug)]
+struct LeafInner {
+    sched: Arc<Shared>,
+    node: Arc<NodeShared>,
+    /// The leaf first, the root last (fixed: a live change never moves a
+    /// workload).
+    path: Box<[Arc<NodeShared>]>,
+}
+
+/// A leaf workload of a [`WorkloadScheduler`]: where its requests enter.
+/// Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    inner: Arc<LeafInner>,
+}
+
+impl Workload {
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.inner.node.name
+    }
+
+    fn check(&self) -> Result<(), WorkloadError> {
+        let n = &self.inner.node;
+        if n.removed.load(Ordering::SeqCst) {
+            return Err(WorkloadError::Removed {
+                node: n.name.clone(),
+            });
+        }
+        if !n.leaf.load(Ordering::SeqCst) {
+            return Err(WorkloadError::NotALeaf {
+                node: n.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The lock-free path (see the module docs): `None` if a level queues
+    /// or refuses. The clock is read only if a cap is on the way (never for
+    /// CPU slots).
+    fn fast(&self, cost: u64) -> Result<Option<Booked>, WorkloadError> {
+        let path = &self.inner.path;
+        let mut clock = None;
+        let sched = &self.inner.sched;
+        if path.iter().any(|n| n.queued.load(Ordering::SeqCst) != 0) {
+            return Ok(None);
+        }
+        let mut places = Places::default();
+        for (k, n) in path.iter().enumerate() {
+            if n.inflight.limited() {
+                let Some(taken) = n.inflight.try_acquire(cost) else {
+                    self.inner.sched.release(path, places, cost);
+                    return Ok(None);
+                };
+                places.set(k, taken);
+            }
+        }
+        let tau = self.inner.sched.tau_ns;
+        let mut delay_ns = 0;
+        // Bit `k` of each: that cap of the `k`-th node was charged.
+        let (mut bytes_done, mut ops_done) = (0u64, 0u64);
+        for (k, n) in path.iter().enumerate() {
+            for ops in [false, true] {
+                let (cap, c) = if ops { (&n.ops, 1) } else { (&n.bytes, cost) };
+                if !cap.present() {
+                    continue;
+                }
+                let now = *clock.get_or_insert_with(|| sched.now());
+                match cap.admit(c, now, tau) {
+                    Ok(super::cap::Admit::Charged { delay_ns: d }) => {
+                        delay_ns = delay_ns.max(d);
+                        *(if ops { &mut ops_done } else { &mut bytes_done }) |= 1 << k;
+                    }
+                    refused => {
+                        for (j, m) in path.iter().enumerate() {
+                            if bytes_done & (1 << j) != 0 {
+                                m.bytes.refund(cost, now);
+                            }
+                            if ops_done & (1 << j) != 0 {
+                                m.ops.refund(1, now);
+                            }
+                        }
+                        self.inner.sched.release(path, places, cost);
+                        return match refused {
+                            Err(e) => Err(cap_error(&n.name, e, c)),
+                            _ => Ok(None),
+                        };
+                    }
+                }
+            }
+        }
+        Ok(Some(Booked {
+            cost,
+            delay_ns,
+            places,
+        }))
+    }
+
+    fn permit(&self, booked: Booked, delay_ns: u64, waited: bool) -> Permit<'static> {
+        Permit {
+            delay_ns,
+            waited,
+            hold: if booked.places.is_empty() {
+                Hold::Nothing
+            } else {
+                Hold::Owned {
+                    workload: self.clone(),
+                    places: booked.places,
+                    cost: booked.cost,
+                }
+            },
+        }
+    }
+
+    /// A permit for `cost` if one can be had without waiting: the lock-free
+    /// path when nothing queues on this workload's path (the permit then
+    /// borrows the handle: no reference count is touched), else one dispatch
+    /// round under the lock (a request polled once, and dropped if it would
+    /// queue: it charges nothing then).
+    pub fn try_acquire(&self, cost: u64) -> Result<Option<Permit<'_>>, WorkloadError> {
+        self.check()?;
+        if let Some(b) = self.fast(cost)? {
+            return Ok(Some(Permit {
+                delay_ns: b.delay_ns,
+                waited: false,
+                hold: if b.places.is_empty() {
+                    Hold::Nothing
+                } else {
+                    Hold::Borrowed {
+                        leaf: &self.inner,
+                        places: b.places,
+                        cost: b.cost,
+                    }
+                },
+            }));
+        }
+        let mut r = self.request(cost);
+        match r.poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(p) => p.map(Some),
+            Poll::Pending => Ok(None),
+        }
+    }
+
+    /// A request of `cost` (bytes for a disk; 1 per CPU slot) to poll
+    /// without blocking.
+    pub fn request(&self, cost: u64) -> Request {
+        Request {
+            workload: self.clone(),
+            cost,
+            state: RequestState::Idle,
+            retry_in_ns: None,
+        }
+    }
+
+    /// Wait for a permit for `cost`, the calling thread blocked (its CPU
+    /// lease parked) while the request queues.
+    pub fn acquire(&self, cost: u64) -> Result<Permit<'static>, WorkloadError> {
+        let mut req = self.request(cost);
+        let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        if let Poll::Ready(r) = req.poll(&mut cx) {
+            return r;
+        }
+        let _parked = crate::park::park_current_lease();
+        loop {
+            match req.retry_after() {
+                Some(d) => std::thread::park_timeout(
+                    d.clamp(Duration::from_micros(10), Duration::from_secs(1)),
+                ),
+                None => std::thread::park(),
+            }
+            if let Poll::Ready(r) = req.poll(&mut cx) {
+                return r;
+            }
+        }
+    }
+}
+
+/// Unparks a blocked thread.
+#[derive(Debug)]
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RequestState {
+    /// Not polled yet.
+    Idle,
+    /// In a leaf queue (or dispatched, its permit in its slot).
+    Queued(u64),
+    /// Its permit (or error) was returned.
+    Done,
+}
+
+/// A request's way through the tree without blocking: poll it with
+/// [`Request::poll`] until ready. Knows nothing of any runtime: a queued
+/// request is woken through its waker when it is dispatched; the one
+/// timing the caps' debts is also told [`Request::retry_after`]. Dropping
+/// it while queued takes it out of its leaf's queue: it charged nothing,
+/// and the request behind it moves up (if it was dispatched but its permit
+/// not yet picked up, its charges and in-flight places are given back).
+#[derive(Debug)]
+pub struct Request {
+    workload: Workload,
+    cost: u64,
+    state: RequestState,
+    retry_in_ns: Option<u64>,
+}
+
+impl Request {
+    /// Poll for the permit. Ready with it (or an error); `Pending` while
+    /// queued. Do not poll again once ready.
+    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit<'static>, WorkloadError>> {
+        self.retry_in_ns = None;
+        if self.state == RequestState::Idle {
+            let wl = &self.workload;
+            if let Err(e) = wl.check() {
+                self.state = RequestState::Done;
+                return Poll::Ready(Err(e));
+            }
+            match wl.fast(self.cost) {
+                Ok(Some(b)) => {
+                    self.state = RequestState::Done;
+                    return Poll::Ready(Ok(wl.permit(b, b.delay_ns, false)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.state = RequestState::Done;
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+        let wl = &self.workload;
+        let sched = &wl.inner.sched;
+        let id = match self.state {
+            RequestState::Done => panic!("a workload request polled after it was ready"),
+            RequestState::Queued(id) => id,
+            RequestState::Idle => {
+                let mut wake = Wakes::default();
+                let mut st = lock(&sched.state);
+                if let Err(e) = wl.check() {
+                    self.state = RequestState::Done;
+                    return Poll::Ready(Err(e));
+                }
+                let id = st.next_id;
+                st.next_id += 1;
+                let leaf = wl.inner.node.index();
+                st.slots.insert(
+                    id,
+                    Slot::Queued {
+                        leaf,
+                        waker: Some(cx.waker().clone()),
+                    },
+                );
+                let now = sched.now();
+                st.tree.push(leaf, id, self.cost, now);
+                Shared::pump(&mut st, now, &mut wake);
+                self.state = RequestState::Queued(id);
+                let r = settle(
+                    wl,
+                    &mut self.state,
+                    &mut self.retry_in_ns,
+                    &mut st,
+                    id,
+                    now,
+                    cx,
+                    &mut wake,
+                );
+                drop(st);
+                wake.wake();
+                return r;
+            }
+        };
+        let mut wake = Wakes::default();
+        let mut st = lock(&sched.state);
+        let now = sched.now();
+        // Already dispatched (the usual wake-up): nothing to pull.
+        if matches!(st.slots.get(&id), Some(Slot::Queued { .. })) {
+            Shared::pump(&mut st, now, &mut wake);
+        }
+        let r = settle(
+            wl,
+            &mut self.state,
+            &mut self.retry_in_ns,
+            &mut st,
+            id,
+            now,
+            cx,
+            &mut wake,
+        );
+        drop(st);
+        wake.wake();
+        r
+    }
+
+    /// After a `Pending` poll: whether this request times the caps' debts,
+    /// and how long from that poll to re-poll (nothing else wakes it then).
+    /// `None`: it is woken when it may go.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_in_ns.map(Duration::from_nanos)
+    }
+
+    /// Whether it waits in a queue.
+    pub fn is_queued(&self) -> bool {
+        matches!(self.state, RequestState::Queued(_))
+    }
+}
+
+/// After a dispatch round: request `id`'s permit if it came, else keep its
+/// waker (and, if it times the caps, tell it when to re-poll).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of a request a poll changes, split from it so the handle is borrowed, not cloned"
+)]
+fn settle(
+    wl: &Workload,
+    state: &mut RequestState,
+    retry_in_ns: &mut Option<u64>,
+    st: &mut State,
+    id: u64,
+    now: u64,
+    cx: &mut Context<'_>,
+    wake: &mut Wakes,
+) -> Poll<Result<Permit<'static>, WorkloadError>> {
+    match st.slots.get_mut(&id) {
+        Some(Slot::Queued { waker, .. }) => {
+            match waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *waker = Some(cx.waker().clone()),
+            }
+            Shared::keep_time(st, Some(id), wake);
+            if let Some((t, at)) = st.timekeeper
+                && t == id
+            {
+                *retry_in_ns = Some(at.saturating_sub(now));
+            }
+            Poll::Pending
+        }
+        _ => {
+            let slot = st.slots.remove(&id).expect("a queued request has a slot");
+            *state = RequestState::Done;
+            if st.timekeeper.is_some_and(|(t, _)| t == id) {
+                st.timekeeper = None;
+            }
+            Shared::keep_time(st, None, wake);
+            match slot {
+                Slot::Granted { at, booked } => {
+                    let left = at.saturating_add(booked.delay_ns).saturating_sub(now);
+                    Poll::Ready(Ok(wl.permit(booked, left, true)))
+                }
+                Slot::Failed(e) => Poll::Ready(Err(e)),
+                Slot::Queued { .. } => unreachable!("matched above"),
+            }
+        }
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        let RequestState::Queued(id) = self.state else {
+            return;
+        };
+        let inner = &self.workload.inner;
+        let sched = &inner.sched;
+        let mut wake = Wakes::default();
+        {
+            let mut st = lock(&sched.state);
+            let now = sched.now();
+            match st.slots.remove(&id) {
+                Some(Slot::Queued { leaf, .. }) => {
+                    st.tree.cancel(leaf, id, now);
+                }
+                Some(Slot::Granted { booked, .. }) => {
+                    // Dispatched, but its caller never saw the permit: the IO
+                    // never happens, so its charges go back (never past a
+                    // bucket's burst) with its in-flight places.
+                    for n in inner.path.iter() {
+                        n.bytes.refund(booked.cost, now);
+                        n.ops.refund(1, now);
+                    }
+                    for (k, n) in inner.path.iter().enumerate() {
+                        n.inflight.release(booked.cost, booked.places.get(k));
+                    }
+                    let nodes = held_nodes(&inner.path, booked.places);
+                    st.tree.released(nodes, now);
+                }
+                _ => {}
+            }
+            if st.timekeeper.is_some_and(|(t, _)| t == id) {
+                st.timekeeper = None;
+            }
+            Shared::pump(&mut st, now, &mut wake);
+            Shared::keep_time(&mut st, None, &mut wake);
+        }
+        wake.wake();
+    }
+}
+
+/// What a permit gives back when it drops.
+#[derive(Debug)]
+enum Hold<'a> {
+    /// No in-flight place was taken.
+    Nothing,
+    /// Taken on the lock-free path, by a caller holding the handle.
+    Borrowed {
+        leaf: &'a LeafInner,
+        places: Places,
+        cost: u64,
+    },
+    /// Taken for a request that queued (or that owns its permit).
+    Owned {
+        workload: Workload,
+        places: Places,
+        cost: u64,
+    },
+}
+
+/// A dispatched request: it may start after [`Permit::delay`] (its booking
+/// on the caps; an engine waits it in a timeout SQE) and holds its in-flight
+/// places until it drops (the completion). A permit from
+/// [`Workload::try_acquire`]'s lock-free path borrows the handle (no
+/// reference count moves); [`Permit::into_owned`] detaches it.
+#[must_use = "the in-flight places are given back when the permit drops"]
+#[derive(Debug)]
+pub struct Permit<'a> {
+    delay_ns: u64,
+    waited: bool,
+    hold: Hold<'a>,
+}
+
+impl Permit<'_> {
+    /// How long from the call that returned it until the request may start.
+    pub fn delay(&self) -> Duration {
+        Duration::from_nanos(self.delay_ns)
+    }
+
+    /// [`Permit::delay`] in ns.
+    pub fn delay_ns(&self) -> u64 {
+        self.delay_ns
+    }
+
+    /// Whether the request queued for its turn.
+    pub fn waited(&self) -> bool {
+        self.waited
+    }
+
+    /// The request completed: give its in-flight places back (as dropping
+    /// it does).
+    pub fn complete(self) {}
+
+    /// The same permit, owning what it needs to give its places back.
+    pub fn into_owned(mut self) -> Permit<'static> {
+        let hold = match std::mem::replace(&mut self.hold, Hold::Nothing) {
+            Hold::Nothing => Hold::Nothing,
+            Hold::Borrowed { leaf, places, cost } => Hold::Owned {
+                workload: Workload {
+                    inner: Arc::new(LeafInner {
+                        sched: leaf.sched.clone(),
+                        node: leaf.node.clone(),
+                        path: leaf.path.clone(),
+                    }),
+                },
+                places,
+                cost,
+            },
+            Hold::Owned {
+                workload,
+                places,
+                cost,
+            } => Hold::Owned {
+                workload,
+                places,
+                cost,
+            },
+        };
+        Permit {
+            delay_ns: self.delay_ns,
+            waited: self.waited,
+            hold,
+        }
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        match std::mem::replace(&mut self.hold, Hold::Nothing) {
+            Hold::Nothing => {}
+            Hold::Borrowed { leaf, places, cost } => leaf.sched.release(&leaf.path, places, cost),
+            Hold::Owned {
+                workload,
+                places,
+                cost,
+            } => {
+                let inner = &workload.inner;
+                inner.sched.release(&inner.path, places, cost);
+            }
+        }
+    }
+}
