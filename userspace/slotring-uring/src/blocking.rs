@@ -67,7 +67,6 @@ use std::time::Duration;
 
 use slotring_throttle::{LeaseParked, ThrottlePtr, park_current_lease};
 
-use crate::core::{Core, PreIoWait, Release, Submit};
 use crate::counters::UringCounters;
 use crate::engine::{IoEngine, RingConfig};
 use crate::error::{BufResult, UringError};
@@ -75,6 +74,7 @@ use crate::file::UringFile;
 use crate::policy::Op;
 #[cfg(doc)]
 use crate::pread::PreadEngine;
+use crate::ring_core::{PreIoWait, Release, RingCore, Submit};
 use crate::sys::{RealSyscalls, SlotId, Syscalls};
 
 /// Names a submitted request of a [`UringEngine`].
@@ -117,7 +117,7 @@ pub struct Completion {
 /// `ASYNC_CANCEL` also goes out behind the IO): an unthrottled
 /// `submit_*` is a commitment to issue the IO.
 pub struct UringEngine {
-    core: Core,
+    core: RingCore,
 }
 
 impl std::fmt::Debug for UringEngine {
@@ -143,7 +143,7 @@ impl UringEngine {
 
     pub(crate) fn on(cfg: &RingConfig, sys: Box<dyn Syscalls>) -> Result<Self, UringError> {
         Ok(Self {
-            core: Core::new(sys, &cfg.setup()?, cfg.policy)?,
+            core: RingCore::new(sys, &cfg.setup()?, cfg.policy)?,
         })
     }
 

@@ -41,7 +41,7 @@
 //!
 //! The only `unsafe` code is in `sys.rs`: the syscall seam every syscall
 //! passes through and the ring that owns every buffer lent to the kernel
-//! until its last CQE arrives. See the module docs of `core.rs` for how a
+//! until its last CQE arrives. See the module docs of `ring_core` for how a
 //! request moves through the ring.
 //!
 //! # Features
@@ -78,13 +78,13 @@
 
 mod blocking;
 mod cap;
-mod core;
 mod counters;
 mod engine;
 mod error;
 mod file;
 mod policy;
 mod pread;
+mod ring_core;
 mod shared;
 #[allow(
     unsafe_code,

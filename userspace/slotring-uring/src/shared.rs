@@ -4,7 +4,7 @@
 //! # Design
 //!
 //! A few rings ([`SharedConfig::rings`], by default one per CPU), each a
-//! [`Core`] behind a `std::sync::Mutex` (held only for a non-blocking reap +
+//! [`RingCore`] behind a `std::sync::Mutex` (held only for a non-blocking reap +
 //! submit, never across an `await`). A request goes to the ring of the
 //! worker thread that submits it (a thread-local index assigned round-robin
 //! on first use), so on the multi-thread runtime each worker mostly submits
@@ -88,13 +88,13 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use slotring_throttle::{Tenant, ThrottlePtr};
 use tokio::io::unix::AsyncFd;
 
-use crate::core::{Core, PreIoWait, Submit};
 use crate::counters::UringCounters;
 use crate::engine::RingConfig;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::{Op, Policy};
 use crate::pread::ThreadIo;
+use crate::ring_core::{PreIoWait, RingCore, Submit};
 use crate::sys::{RealSyscalls, SlotId, Syscalls, async_eventfd};
 
 /// How completions reach the waiting tasks (see the module docs).
@@ -492,7 +492,7 @@ struct Shard {
 }
 
 struct ShardState {
-    core: Core,
+    core: RingCore,
     /// The request whose waker the eventfd registration holds
     /// ([`Reaper::Reactor`]).
     pump: Option<SlotId>,
@@ -512,7 +512,7 @@ impl Shard {
         policy: Policy,
         reaper: Reaper,
     ) -> Result<Arc<Self>, UringError> {
-        let mut core = Core::new(sys, setup, policy)?;
+        let mut core = RingCore::new(sys, setup, policy)?;
         let efd_failed = |source| UringError::Ring {
             what: "eventfd",
             source,
@@ -586,7 +586,7 @@ impl Shard {
             };
             // Under the lock: the pump and the registration change together.
             st.pump = Some(id);
-            match crate::core::poll_eventfd(efd, cx) {
+            match crate::ring_core::poll_eventfd(efd, cx) {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(e)) => {
                     st.core.ignore(id);
@@ -698,7 +698,7 @@ impl PoolIo {
         let PacedWrites::BlockingPool { at_once } = self.paced_writes else {
             return None;
         };
-        if !crate::core::paced_in_thread(&self.policy, file, throttle, len)
+        if !crate::ring_core::paced_in_thread(&self.policy, file, throttle, len)
             || tokio::runtime::Handle::try_current().is_err()
         {
             return None;

@@ -21,16 +21,16 @@ use nix::sys::eventfd::EventFd;
 use slotring_throttle::{AsyncReserve, Source, Tenant, ThrottlePtr};
 use tokio::io::unix::AsyncFd;
 
-use crate::core::{Core, PreIoWait, Submit};
 use crate::counters::UringCounters;
 use crate::engine::RingConfig;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::Op;
+use crate::ring_core::{PreIoWait, RingCore, Submit};
 use crate::sys::{RealSyscalls, SlotId, Syscalls, async_eventfd};
 
 struct Inner {
-    core: RefCell<Core>,
+    core: RefCell<RingCore>,
     efd: AsyncFd<EventFd>,
     /// The request whose waker the eventfd registration currently holds.
     pump: Cell<Option<SlotId>>,
@@ -78,7 +78,7 @@ impl AsyncEngine {
                 ),
             });
         }
-        let mut core = Core::new(sys, &cfg.setup()?, cfg.policy)?;
+        let mut core = RingCore::new(sys, &cfg.setup()?, cfg.policy)?;
         let efd = async_eventfd().map_err(|source| UringError::Ring {
             what: "eventfd + AsyncFd",
             source,
@@ -214,7 +214,7 @@ impl AsyncEngine {
 /// (the async turn: the task's waker queues in each gate; the head that
 /// waits only for time sleeps on a tokio timer), and book its bytes
 /// (trimmed at the known end of the file) from `source`
-/// (`Core::prebook_source`). Returns the delay the IO must still wait, from
+/// (`RingCore::prebook_source`). Returns the delay the IO must still wait, from
 /// now. Dropping the future while it is queued hands the turn on.
 pub(crate) async fn fair_booking(
     throttle: &ThrottlePtr,
@@ -254,7 +254,7 @@ impl Inner {
                 return Poll::Ready(done);
             }
             self.pump.set(Some(id));
-            match crate::core::poll_eventfd(&self.efd, cx) {
+            match crate::ring_core::poll_eventfd(&self.efd, cx) {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(e)) => {
                     self.core.borrow_mut().ignore(id);
