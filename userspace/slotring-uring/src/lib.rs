@@ -76,6 +76,8 @@
 
 #![deny(unsafe_code)]
 
+mod async_io;
+mod async_wait;
 mod blocking;
 mod cap;
 mod counters;
@@ -83,9 +85,11 @@ mod engine;
 mod error;
 mod file;
 mod policy;
+mod pool_io;
 mod pread;
 mod ring_core;
-mod shared;
+mod shard;
+mod shared_engine;
 #[allow(
     unsafe_code,
     reason = "the io_uring boundary: SQEs point into memory the ring owns; every block has a SAFETY comment"
@@ -94,6 +98,7 @@ mod sys;
 mod tokio;
 mod wait;
 
+pub use crate::async_io::AsyncIo;
 pub use crate::blocking::{Completion, Ticket, UringEngine};
 pub use crate::cap::{writeback_high_water, writeback_in_flight};
 pub use crate::counters::UringCounters;
@@ -104,7 +109,7 @@ pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
 pub use crate::policy::{Op, Policy};
 pub use crate::pread::PreadEngine;
-pub use crate::shared::{AsyncIo, PacedWrites, Reaper, SharedConfig, SharedEngine};
+pub use crate::shared_engine::{PacedWrites, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls, WARM_UP_USER_DATA};
 pub use crate::tokio::AsyncEngine;

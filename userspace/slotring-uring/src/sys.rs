@@ -283,6 +283,10 @@ pub struct RealSyscalls;
 
 impl Syscalls for RealSyscalls {}
 
+/// Makes the syscall seam of each ring, thread or blocking-pool call that
+/// needs one.
+pub(crate) type SysFactory = std::sync::Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync>;
+
 /// What a slot's SQE is for (the low [`TAG_BITS`] bits of `user_data`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Tag {

@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use nix::sys::eventfd::EventFd;
-use slotring_throttle::{AsyncReserve, Source, Tenant, ThrottlePtr};
+use slotring_throttle::{Tenant, ThrottlePtr};
 use tokio::io::unix::AsyncFd;
 
 use crate::counters::UringCounters;
@@ -128,7 +128,9 @@ impl AsyncEngine {
                     .borrow_mut()
                     .prebook_source(Op::Read, file, offset, len, t);
             let range = (buf.len(), offset);
-            let s = match fair_booking(t, tenant, file, range, source, max_block).await {
+            let s = match crate::async_wait::fair_booking(t, tenant, file, range, source, max_block)
+                .await
+            {
                 Ok(delay) => {
                     Submit::new(Op::Read, file, offset, None, max_block, PreIoWait::Linked)
                         .prebooked(delay)
@@ -209,44 +211,6 @@ impl AsyncEngine {
     }
 }
 
-/// Take `tenant`'s fair turn for a read of `len` bytes at `offset` of
-/// `file` through every level of `throttle`, without blocking the runtime
-/// (the async turn: the task's waker queues in each gate; the head that
-/// waits only for time sleeps on a tokio timer), and book its bytes
-/// (trimmed at the known end of the file) from `source`
-/// (`RingCore::prebook_source`). Returns the delay the IO must still wait, from
-/// now. Dropping the future while it is queued hands the turn on.
-pub(crate) async fn fair_booking(
-    throttle: &ThrottlePtr,
-    tenant: &Tenant,
-    file: &UringFile,
-    (len, offset): (usize, u64),
-    source: Source,
-    max_block: Duration,
-) -> Result<u64, slotring_throttle::ThrottleError> {
-    let amount = (len as u64).min(file.size_hint().saturating_sub(offset));
-    if amount == 0 {
-        return Ok(0);
-    }
-    let mut r = AsyncReserve::new(Some(tenant.clone()), amount, max_block, 0, source);
-    let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
-    poll_fn(|cx| {
-        loop {
-            if let Poll::Ready(out) = r.poll(throttle.as_ref(), cx) {
-                return Poll::Ready(out.map(|r| r.delay_ns));
-            }
-            let Some(after) = r.retry_after() else {
-                return Poll::Pending;
-            };
-            let t = timer.insert(Box::pin(tokio::time::sleep(after)));
-            if t.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-        }
-    })
-    .await
-}
-
 impl Inner {
     fn poll_req(&self, id: SlotId, cx: &mut Context<'_>) -> Poll<BufResult<usize, Vec<u8>>> {
         loop {
@@ -254,7 +218,7 @@ impl Inner {
                 return Poll::Ready(done);
             }
             self.pump.set(Some(id));
-            match crate::ring_core::poll_eventfd(&self.efd, cx) {
+            match crate::async_wait::poll_eventfd(&self.efd, cx) {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(e)) => {
                     self.core.borrow_mut().ignore(id);

@@ -31,10 +31,7 @@ use nix::errno::Errno;
 use slotring_throttle::{Clock, WaitStrategy, park_current_lease};
 
 use crate::error::UringError;
-use crate::sys::{Cqe, RealSyscalls, Ring, SetupParams, Syscalls, monotonic_now_ns};
-
-/// Makes the syscall seam of a thread's ring.
-type SysFactory = Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync>;
+use crate::sys::{Cqe, RealSyscalls, Ring, SetupParams, SysFactory, Syscalls, monotonic_now_ns};
 
 /// How a [`RingWait`] waits. The default ([`RingWaitConfig::DEFAULT`]) is
 /// the configuration that overshot least in `cargo xtask bench wait` (see

@@ -70,8 +70,6 @@ mod pacing;
 mod reads;
 mod reap;
 
-pub(crate) use reap::poll_eventfd;
-
 /// Largest single SQE transfer we issue.
 const MAX_IO: usize = 1 << 30;
 
@@ -295,7 +293,7 @@ pub(crate) struct Submit {
     max_block: Duration,
     pre_io_wait: PreIoWait,
     /// A delay already booked for the whole request (a tenant's turn taken
-    /// by the front end, see `tokio::fair_booking`), from submission.
+    /// by the front end, see `async_wait::fair_booking`), from submission.
     prebooked_ns: u64,
 }
 

@@ -306,25 +306,3 @@ impl RingCore {
         }
     }
 }
-
-/// Wait for the ring's eventfd to signal (async front ends): on readiness
-/// drain the counter, then clear readiness, so that the reap that follows
-/// sees every CQE posted before, and one posted in between raises a new edge.
-pub(crate) fn poll_eventfd(
-    efd: &tokio::io::unix::AsyncFd<nix::sys::eventfd::EventFd>,
-    cx: &mut std::task::Context<'_>,
-) -> std::task::Poll<Result<(), UringError>> {
-    use std::task::Poll;
-    match efd.poll_read_ready(cx) {
-        Poll::Ready(Ok(mut g)) => {
-            let _ = g.get_inner().read();
-            g.clear_ready();
-            Poll::Ready(Ok(()))
-        }
-        Poll::Ready(Err(source)) => Poll::Ready(Err(UringError::Ring {
-            what: "eventfd poll",
-            source,
-        })),
-        Poll::Pending => Poll::Pending,
-    }
-}
