@@ -13,7 +13,7 @@ use crate::file::UringFile;
 use crate::shared_engine::SharedEngine;
 
 /// Throttled positional IO from async code, whichever front end serves it:
-/// [`SharedEngine`] (any task, `Send` futures) or [`crate::AsyncEngine`]
+/// [`SharedEngine`] (any task, `Send` futures) or [`crate::LocalEngine`]
 /// (one per thread, for thread-per-core runtimes, where it takes no lock).
 /// Code generic over it runs on either.
 pub trait AsyncIo {
@@ -71,7 +71,7 @@ impl AsyncIo for SharedEngine {
     }
 }
 
-impl AsyncIo for crate::AsyncEngine {
+impl AsyncIo for crate::LocalEngine {
     fn read_at(
         &self,
         file: &Arc<UringFile>,
@@ -80,7 +80,7 @@ impl AsyncIo for crate::AsyncEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> impl Future<Output = BufResult<usize, Vec<u8>>> {
-        crate::AsyncEngine::read_at(self, file, buf, offset, throttle, max_block)
+        crate::LocalEngine::read_at(self, file, buf, offset, throttle, max_block)
     }
 
     fn write_at(
@@ -91,10 +91,10 @@ impl AsyncIo for crate::AsyncEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> impl Future<Output = BufResult<usize, Vec<u8>>> {
-        crate::AsyncEngine::write_at(self, file, buf, offset, throttle, max_block)
+        crate::LocalEngine::write_at(self, file, buf, offset, throttle, max_block)
     }
 
     fn counters(&self) -> UringCounters {
-        crate::AsyncEngine::counters(self)
+        crate::LocalEngine::counters(self)
     }
 }

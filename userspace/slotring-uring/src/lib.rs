@@ -5,7 +5,7 @@
 //! wait is an absolute `IORING_OP_TIMEOUT` linked to the IO it delays (no
 //! thread, no nanosleep, no CPU slot) — or, for a caller that parks a CPU
 //! lease, a standalone timeout followed by the IO once the lease is back
-//! (see the `blocking` module docs); page-cache hits are detected on the
+//! (see the `uring_engine` module docs); page-cache hits are detected on the
 //! ring with `RWF_NOWAIT` and charged only to throttlers that count them; a
 //! guard keeps NOWAIT misses from bursting the block device.
 //!
@@ -15,7 +15,7 @@
 //! piece's turn or room under the writeback cap), never while the kernel
 //! copies its data; many requests per thread via
 //! [`UringEngine::submit_read`]/[`UringEngine::wait_any`]),
-//! [`AsyncEngine`] (tokio, eventfd + `AsyncFd`, one per thread) and
+//! [`LocalEngine`] (tokio, eventfd + `AsyncFd`, one per thread) and
 //! [`SharedEngine`] (`Send + Sync + Clone`, for any task on the
 //! multi-thread runtime). [`PreadEngine`] serves the
 //! same [`IoEngine`] trait where io_uring is unavailable
@@ -78,16 +78,16 @@
 
 mod async_io;
 mod async_wait;
-mod blocking;
-mod cap;
 mod counters;
 mod engine;
 mod error;
 mod file;
+mod local_engine;
 mod policy;
 mod pool_io;
-mod pread;
+mod pread_engine;
 mod ring_core;
+mod ring_wait;
 mod shard;
 mod shared_engine;
 #[allow(
@@ -95,25 +95,26 @@ mod shared_engine;
     reason = "the io_uring boundary: SQEs point into memory the ring owns; every block has a SAFETY comment"
 )]
 mod sys;
-mod tokio;
-mod wait;
+mod thread_io;
+mod uring_engine;
+mod writeback_cap;
 
 pub use crate::async_io::AsyncIo;
-pub use crate::blocking::{Completion, Ticket, UringEngine};
-pub use crate::cap::{writeback_high_water, writeback_in_flight};
 pub use crate::counters::UringCounters;
 #[cfg(feature = "test-util")]
 pub use crate::engine::open_engine_with;
 pub use crate::engine::{IoEngine, RingConfig, open_engine};
 pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
+pub use crate::local_engine::LocalEngine;
 pub use crate::policy::{Op, Policy};
-pub use crate::pread::PreadEngine;
+pub use crate::pread_engine::PreadEngine;
+pub use crate::ring_wait::{RingWait, RingWaitConfig};
 pub use crate::shared_engine::{PacedWrites, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls, WARM_UP_USER_DATA};
-pub use crate::tokio::AsyncEngine;
-pub use crate::wait::{RingWait, RingWaitConfig};
+pub use crate::uring_engine::{Completion, Ticket, UringEngine};
+pub use crate::writeback_cap::{writeback_high_water, writeback_in_flight};
 
 /// Re-exported so seam implementations can name the ring type.
 #[cfg(feature = "test-util")]

@@ -1,6 +1,6 @@
 //! The one charging policy of both engines.
 //!
-//! The ring state machine (`core.rs`) and the `pread` engine (`pread.rs`)
+//! The ring state machine (`ring_core`) and the threads' own IO (`thread_io.rs`)
 //! differ only in *how* they perform a step (SQEs and CQEs, or synchronous
 //! syscalls) and in *when* they charge (the ring before the IO, `pread`
 //! after it, as ClickHouse does); *what* they charge is decided here:
@@ -42,7 +42,7 @@
 //!   writeback ([`Policy::writeback_cap_bytes`]) and, after the device held
 //!   them back, drain the bucket's backlog at most at
 //!   [`Policy::catch_up_rate`]
-//!   (`cap.rs` carries both out, for every engine).
+//!   (`writeback_cap.rs` carries both out, for every engine).
 //! * **Booking.** Bytes are booked on the chain as [`Source::Device`] or
 //!   [`Source::PageCache`], each charge after the delay already booked
 //!   ([`book`]).
@@ -246,7 +246,7 @@ impl Policy {
     }
 
     /// The pacer's rate of a block-device throttler of `rate` bytes/s (see
-    /// `cap.rs`): `writeback_catch_up_permille` above it.
+    /// `writeback_cap.rs`): `writeback_catch_up_permille` above it.
     pub(crate) fn catch_up_rate(self, rate: u64) -> u64 {
         let above = u128::from(rate) * u128::from(self.writeback_catch_up_permille) / 1000;
         rate.saturating_add(u64::try_from(above).unwrap_or(u64::MAX))

@@ -24,11 +24,11 @@ use crate::counters::UringCounters;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::{Op, Policy};
-use crate::pread::ThreadIo;
 use crate::shared_engine::{PacedWrites, SharedConfig};
 use crate::sys::SysFactory;
+use crate::thread_io::ThreadIo;
 
-/// Calls on tokio's blocking pool (`pread::ThreadIo`, the `pread` engine's
+/// Calls on tokio's blocking pool (`thread_io::ThreadIo`, the `pread` engine's
 /// code, with the same charging policy as the rings): the paced writes, and
 /// every request on the fallback. Its throttle sleeps park the pool thread,
 /// which holds no CPU lease.

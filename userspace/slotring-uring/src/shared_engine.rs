@@ -17,7 +17,7 @@
 //!
 //! * [`Reaper::Reactor`] (the default): an eventfd registered with the ring
 //!   and watched by tokio's reactor through `AsyncFd`, as in
-//!   [`crate::AsyncEngine`]: whichever waiting request polled last holds the
+//!   [`crate::LocalEngine`]: whichever waiting request polled last holds the
 //!   eventfd's read registration (the "pump"), reaps for everybody when it
 //!   fires and wakes the requests it completed; a pump that finishes or is
 //!   dropped hands the duty to another waiting request by waking it. The
@@ -34,7 +34,7 @@
 //! [`crate::Policy::pace_writeback`] on) goes, by default
 //! ([`PacedWrites::BlockingPool`]), to tokio's blocking pool, where one
 //! thread does what the blocking front end does in its caller's thread
-//! (`pread::ThreadIo`): it sleeps for each piece's turn, `pwrite`s it,
+//! (`thread_io::ThreadIo`): it sleeps for each piece's turn, `pwrite`s it,
 //! starts its writeback with `sync_file_range(2)`, and waits for the device
 //! at the writeback depth. On the ring the same write costs an io-wq worker
 //! two sleeps and wake-ups per piece and the task a wake-up more (ext4 has
@@ -58,7 +58,7 @@
 //!
 //! Dropping a request's future cancels it. On a ring the request becomes
 //! `Ignored`, and its buffer stays with the ring until the last CQE of its
-//! chain arrives (see `core.rs`). On the blocking pool the call keeps its
+//! chain arrives (see `ring_core`). On the blocking pool the call keeps its
 //! buffer until it returns: a paced write writes no piece after the drop
 //! beyond the one it may be writing (it looks before each piece is booked,
 //! after its turn, and after its room and pacer), waits for the device to
@@ -173,7 +173,7 @@ impl SharedConfig {
 }
 
 /// Throttled positional IO from any tokio task: `Send + Sync + Clone`, its
-/// futures are `Send`. Same semantics as [`crate::AsyncEngine`] (owned
+/// futures are `Send`. Same semantics as [`crate::LocalEngine`] (owned
 /// buffers handed back with the result, the throttle chain folded into one
 /// timeout SQE, `RWF_NOWAIT` page-cache detection, the disk-rate guard,
 /// cancellation by drop), on a few shared rings; its paced writes on

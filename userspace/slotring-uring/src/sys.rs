@@ -11,13 +11,13 @@
 //!   [`RealSyscalls`], [`SetupParams`], [`CacheStat`] and `io_uring::IoUring`)
 //!   for this crate's own integration tests and benchmark, which drive the
 //!   real kernel through a seam that injects faults or counts syscalls.
-//! * [`Ring`], the owner of the io_uring instance *and* of every buffer and
+//! * [`LendingRing`], the owner of the io_uring instance *and* of every buffer and
 //!   timespec the kernel may touch. An SQE can only point into memory this
-//!   module owns, and that memory is handed back ([`Ring::take`]) only once
+//!   module owns, and that memory is handed back ([`LendingRing::take`]) only once
 //!   the last CQE of its slot has been reaped. This is the invariant that
 //!   makes every `unsafe` block below sound: **a buffer in flight belongs to
 //!   the ring until its completion arrives**, whatever happened to the future
-//!   or request that lent it. Dropping a `Ring` with IO in flight cancels it
+//!   or request that lent it. Dropping a `LendingRing` with IO in flight cancels it
 //!   and waits for every outstanding CQE before the memory is released.
 
 use std::io;
@@ -112,8 +112,8 @@ pub trait Syscalls: Send + 'static {
         flags: u32,
     ) -> io::Result<usize> {
         // SAFETY: no argument pointer is passed (arg = NULL, size 0); the SQEs
-        // the kernel consumes were written by `Ring::push_*`, and each points
-        // only into memory owned by a `Ring` slot that stays alive until its
+        // the kernel consumes were written by `LendingRing::push_*`, and each points
+        // only into memory owned by a `LendingRing` slot that stays alive until its
         // CQE is reaped (the module invariant).
         unsafe {
             ring.submitter()
@@ -180,7 +180,7 @@ pub trait Syscalls: Send + 'static {
     }
 
     /// `sync_file_range(2)` of the range (paced writeback in the caller's
-    /// thread, `pread::ThreadIo`; no flush, no durability): with `complete` false,
+    /// thread, `thread_io::ThreadIo`; no flush, no durability): with `complete` false,
     /// `SYNC_FILE_RANGE_WRITE` starts the writeback of its dirty pages; with
     /// `complete` true, [`WRITEBACK_FLAGS`] writes back what is dirty and
     /// waits until the device has completed the whole range.
@@ -311,7 +311,7 @@ pub(crate) enum Tag {
 /// Bits of `user_data` that hold the [`Tag`]; the slot index is above them.
 pub(crate) const TAG_BITS: u32 = 3;
 
-/// `user_data` of the NOP a new ring submits ([`Ring::warm_up`]): slot
+/// `user_data` of the NOP a new ring submits ([`LendingRing::warm_up`]): slot
 /// index `u32::MAX` (never allocated: slots are numbered from 0 and a ring
 /// never holds 2³² of them), tag [`Tag::Cancel`] (whose CQE advances no
 /// request).
@@ -330,7 +330,7 @@ impl Tag {
     }
 }
 
-/// Identifies a slot of a [`Ring`] (index + generation).
+/// Identifies a slot of a [`LendingRing`] (index + generation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct SlotId {
     pub(crate) index: u32,
@@ -411,7 +411,7 @@ enum TimeoutRole {
 
 /// An io_uring instance plus the slab of slots whose memory it lends to the
 /// kernel. `T` is the engine's per-request state.
-pub(crate) struct Ring<T> {
+pub(crate) struct LendingRing<T> {
     ring: IoUring,
     sys: Box<dyn Syscalls>,
     slots: Vec<Slot<T>>,
@@ -430,10 +430,10 @@ pub(crate) struct Cqe {
     pub(crate) res: i32,
 }
 
-impl<T> Ring<T> {
+impl<T> LendingRing<T> {
     /// Set up a ring through `sys`.
     ///
-    /// The new ring submits one NOP and waits for it ([`Ring::warm_up`]),
+    /// The new ring submits one NOP and waits for it ([`LendingRing::warm_up`]),
     /// so that the creating thread's one-time io_uring set-up is paid here
     /// rather than inside the first real request (often a throttled read
     /// whose thread has parked its CPU lease).
@@ -457,7 +457,7 @@ impl<T> Ring<T> {
     /// its io_uring task context (measured at 0.26-0.52 ms under memory
     /// pressure); done here, the first real request does not pay it. Best
     /// effort: if the enter fails, the NOP rides the next enter and its CQE
-    /// is dropped by [`Ring::reap`]'s callers like any unknown slot's (no
+    /// is dropped by [`LendingRing::reap`]'s callers like any unknown slot's (no
     /// slot has its index), and the failure, if it lasts, is reported with
     /// its cause by the first real request.
     fn warm_up(&mut self) {
@@ -586,7 +586,7 @@ impl<T> Ring<T> {
     fn room(&mut self) -> usize {
         let real = {
             // SAFETY: `submission_shared` requires that no other
-            // `SubmissionQueue` of this ring is alive; this `Ring` is the only
+            // `SubmissionQueue` of this ring is alive; this `LendingRing` is the only
             // user and the queue is dropped at the end of this block.
             let sq = unsafe { self.ring.submission_shared() };
             sq.capacity() - sq.len()
@@ -900,7 +900,7 @@ impl<T> Ring<T> {
 /// cancel is seen; one that must wait (a timeout-delayed chain, a disk read
 /// that goes async) is cancelled. Callers that must not issue a queued IO
 /// have to cancel and collect it before dropping the engine.
-impl<T> Drop for Ring<T> {
+impl<T> Drop for LendingRing<T> {
     fn drop(&mut self) {
         // Nothing the kernel may still write to is freed before its CQE.
         let ids: Vec<SlotId> = self

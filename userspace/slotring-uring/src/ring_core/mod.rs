@@ -25,7 +25,7 @@
 //!   wakers, collecting a finished request.
 //!
 //! What is charged is the policy of `policy.rs`, shared with the threads'
-//! own IO (`pread.rs`'s `ThreadIo`); this module decides only how the ring
+//! own IO (`thread_io.rs`); this module decides only how the ring
 //! carries it out.
 //!
 //! # A wait before the IO
@@ -56,13 +56,15 @@ use std::time::Duration;
 
 use slotring_throttle::{Source, ThrottlePtr};
 
-use crate::cap::CapHold;
 use crate::counters::UringCounters;
 use crate::error::UringError;
 use crate::file::UringFile;
 use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
-use crate::pread::ThreadIo;
-use crate::sys::{Cqe, IoKind, IoSqe, Ring, SetupParams, SlotId, Syscalls, monotonic_now_ns};
+use crate::sys::{
+    Cqe, IoKind, IoSqe, LendingRing, SetupParams, SlotId, Syscalls, monotonic_now_ns,
+};
+use crate::thread_io::ThreadIo;
+use crate::writeback_cap::CapHold;
 use pacing::Doorbell;
 
 mod collect;
@@ -78,7 +80,7 @@ const MAX_IO: usize = 1 << 30;
 /// ([`Writeback::Paced`]) of a length the ring takes (so that a write's
 /// outcome never depends on the path it took). The blocking front end
 /// adds "nothing else in flight" ([`RingCore::writes_in_thread`]); the shared
-/// front end sends it to tokio's blocking pool (`shared.rs`).
+/// front end sends it to tokio's blocking pool (`pool_io.rs`).
 pub(crate) fn paced_in_thread(
     policy: &Policy,
     file: &UringFile,
@@ -167,7 +169,7 @@ enum Lifecycle {
     Syncing,
     /// A paced write's piece is booked and its turn has come, but the
     /// writeback cap of its block-device throttlers has no room (see
-    /// `cap.rs`): nothing of it is written; a `POLL_ADD` on the ring's
+    /// `writeback_cap.rs`): nothing of it is written; a `POLL_ADD` on the ring's
     /// doorbell eventfd is in flight ([`Tag::CapWait`](crate::sys::Tag::CapWait)), rung when any
     /// request of any engine releases room on one of its caps; then the
     /// piece tries again.
@@ -177,7 +179,7 @@ enum Lifecycle {
     },
     /// A paced write's piece holds its room under the writeback caps and
     /// waits, in a standalone timeout, for the slot the catch-up pacer
-    /// gave it (`cap.rs`: only after the device held the writers back);
+    /// gave it (`writeback_cap.rs`: only after the device held the writers back);
     /// its write goes out at the timeout's CQE.
     Pacing {
         /// The piece's write.
@@ -330,7 +332,7 @@ impl Submit {
 /// The ring and the state of its requests, shared by every front end on a
 /// ring.
 pub(crate) struct RingCore {
-    ring: Ring<Req>,
+    ring: LendingRing<Req>,
     policy: Policy,
     counters: UringCounters,
     /// Bytes of the `RWF_NOWAIT` probes in flight (every [`Lifecycle::Probing`]).
@@ -359,7 +361,7 @@ impl RingCore {
         p: &SetupParams,
         policy: Policy,
     ) -> Result<Self, UringError> {
-        let ring = Ring::new(sys, p).map_err(UringError::unavailable)?;
+        let ring = LendingRing::new(sys, p).map_err(UringError::unavailable)?;
         Ok(Self {
             ring,
             policy,

@@ -21,7 +21,7 @@
 //! standalone timeout ([`Lifecycle::Held`]), holding nothing; at its expiry
 //! ([`RingCore::issue_paced`]) it takes room under the writeback cap of its
 //! block-device throttlers, shared with every other request and ring
-//! (`cap.rs`), and its write goes out. Without room it stays unwritten in
+//! (`writeback_cap.rs`), and its write goes out. Without room it stays unwritten in
 //! [`Lifecycle::Capped`] until the ring's doorbell rings; after the device
 //! held the writers back, the cap's catch-up pacer may hold it a little
 //! longer ([`Lifecycle::Pacing`]), so that a bucket's backlog never reaches

@@ -35,7 +35,7 @@
 //! (page-cache hits, NOWAIT probes and misses, unthrottled reads and
 //! writes) parks nothing. The ticket API ([`UringEngine::submit_read`],
 //! [`UringEngine::wait`], [`UringEngine::wait_any`]) never parks and keeps
-//! every wait linked; the tokio [`crate::AsyncEngine`] parks nothing either
+//! every wait linked; the tokio [`crate::LocalEngine`] parks nothing either
 //! (a task holds no thread).
 //!
 //! # Paced writes
@@ -57,7 +57,7 @@
 //! writeback must complete), and held during the copy and the device's
 //! writeback of its own pieces. A write longer than the ring takes in one
 //! request goes to the ring and fails there, whatever is in flight. The
-//! ticket API and [`crate::AsyncEngine`] keep the ring's paced path
+//! ticket API and [`crate::LocalEngine`] keep the ring's paced path
 //! (linked write and writeback SQEs): they never block their caller's
 //! thread on IO. [`crate::SharedEngine`] runs the same `ThreadIo` code on
 //! tokio's blocking pool (see its module docs).
@@ -73,7 +73,7 @@ use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::Op;
 #[cfg(doc)]
-use crate::pread::PreadEngine;
+use crate::pread_engine::PreadEngine;
 use crate::ring_core::{PreIoWait, Release, RingCore, Submit};
 use crate::sys::{RealSyscalls, SlotId, Syscalls};
 

@@ -39,21 +39,21 @@ struct Inner {
 /// Throttled IO from async tasks. A waiting request holds no thread, so it
 /// parks nothing.
 #[derive(Clone)]
-pub struct AsyncEngine {
+pub struct LocalEngine {
     inner: Rc<Inner>,
-    /// The tenant its reads are charged as ([`AsyncEngine::with_tenant`]).
+    /// The tenant its reads are charged as ([`LocalEngine::with_tenant`]).
     tenant: Option<Tenant>,
 }
 
-impl std::fmt::Debug for AsyncEngine {
+impl std::fmt::Debug for LocalEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AsyncEngine")
+        f.debug_struct("LocalEngine")
             .field("in_flight", &self.in_flight())
             .finish()
     }
 }
 
-impl AsyncEngine {
+impl LocalEngine {
     /// A ring with `cfg` on the real kernel. Must be called within a tokio
     /// runtime with IO enabled.
     pub fn new(cfg: &RingConfig) -> Result<Self, UringError> {

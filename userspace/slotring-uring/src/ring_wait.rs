@@ -31,7 +31,9 @@ use nix::errno::Errno;
 use slotring_throttle::{Clock, WaitStrategy, park_current_lease};
 
 use crate::error::UringError;
-use crate::sys::{Cqe, RealSyscalls, Ring, SetupParams, SysFactory, Syscalls, monotonic_now_ns};
+use crate::sys::{
+    Cqe, LendingRing, RealSyscalls, SetupParams, SysFactory, Syscalls, monotonic_now_ns,
+};
 
 /// How a [`RingWait`] waits. The default ([`RingWaitConfig::DEFAULT`]) is
 /// the configuration that overshot least in `cargo xtask bench wait` (see
@@ -114,7 +116,7 @@ impl std::fmt::Debug for RingWait {
 /// A thread's ring and the set-up it was made with.
 struct ThreadRing {
     setup: SetupParams,
-    ring: Result<Ring<()>, ()>,
+    ring: Result<LendingRing<()>, ()>,
 }
 
 thread_local! {
@@ -168,7 +170,7 @@ impl RingWait {
             let mut r = r.borrow_mut();
             match r.as_ref() {
                 Some(t) if t.setup == setup && t.ring.is_ok() => Ok(()),
-                _ => match Ring::new((w.sys)(), &setup) {
+                _ => match LendingRing::new((w.sys)(), &setup) {
                     Ok(ring) => {
                         *r = Some(ThreadRing {
                             setup,
@@ -195,7 +197,7 @@ impl RingWait {
         RING.with(|cell| {
             let mut cell = cell.borrow_mut();
             if cell.as_ref().is_none_or(|t| t.setup != setup) {
-                let ring = Ring::new((self.sys)(), &setup).map_err(|e| {
+                let ring = LendingRing::new((self.sys)(), &setup).map_err(|e| {
                     let why = UringError::unavailable(e);
                     let msg = match std::error::Error::source(&why) {
                         Some(os) => format!("{why}: {os}"),

@@ -1,7 +1,9 @@
-//! The fallback engine where io_uring is unavailable: [`PreadEngine`],
-//! ClickHouse's method — `preadv2(RWF_NOWAIT)`, then `pread` for the rest —
-//! charging after the read with the policy of `policy.rs` and sleeping with
-//! the CPU lease parked.
+//! [`ThreadIo`]: IO that a thread does itself, in blocking syscalls
+//! through the seam — every request of the `pread` engine
+//! ([`crate::PreadEngine`]: ClickHouse's method, `preadv2(RWF_NOWAIT)`, then
+//! `pread` for the rest, charging after the read with the policy of
+//! `policy.rs` and sleeping with the CPU lease parked), and the paced writes
+//! that a thread of the ring's engines does itself.
 
 use std::collections::VecDeque;
 use std::io;
@@ -12,29 +14,12 @@ use std::time::Duration;
 
 use slotring_throttle::{Source, ThrottlePtr, park_current_lease, sleep_abs_monotonic};
 
-use crate::cap::CapHold;
 use crate::counters::UringCounters;
-use crate::engine::IoEngine;
-use crate::error::{BufResult, UringError};
+use crate::error::UringError;
 use crate::file::UringFile;
 use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
-use crate::sys::{RealSyscalls, Syscalls, monotonic_now_ns};
-
-/// The fallback engine: `preadv2(RWF_NOWAIT)` then `pread` (ClickHouse's
-/// method), charging after the read and sleeping with the CPU lease parked.
-pub struct PreadEngine {
-    sys: Box<dyn Syscalls>,
-    policy: Policy,
-    counters: UringCounters,
-}
-
-impl std::fmt::Debug for PreadEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PreadEngine")
-            .field("policy", &self.policy)
-            .finish()
-    }
-}
+use crate::sys::{Syscalls, monotonic_now_ns};
+use crate::writeback_cap::CapHold;
 
 /// Wakes a thread parked for room under a writeback cap.
 struct Unpark(std::thread::Thread);
@@ -56,38 +41,8 @@ enum Served {
     Memory,
 }
 
-impl PreadEngine {
-    /// On the real kernel.
-    pub fn new(policy: Policy) -> Self {
-        Self::on(policy, Box::new(RealSyscalls))
-    }
-
-    /// Every syscall through `sys` (feature `test-util`: fault injection).
-    #[cfg(feature = "test-util")]
-    pub fn with_syscalls(policy: Policy, sys: Box<dyn Syscalls>) -> Self {
-        Self::on(policy, sys)
-    }
-
-    pub(crate) fn on(policy: Policy, sys: Box<dyn Syscalls>) -> Self {
-        Self {
-            sys,
-            policy,
-            counters: UringCounters::default(),
-        }
-    }
-
-    fn io(&mut self) -> ThreadIo<'_> {
-        ThreadIo {
-            sys: self.sys.as_mut(),
-            policy: self.policy,
-            counters: &mut self.counters,
-            cancel: None,
-        }
-    }
-}
-
 /// IO that the calling thread does itself, in blocking syscalls through
-/// the seam: every request of a [`PreadEngine`], the paced writes of
+/// the seam: every request of a [`PreadEngine`](crate::PreadEngine), the paced writes of
 /// the ring's blocking front end ([`crate::UringEngine`]), whose caller
 /// waits anyway (a paced piece on the ring costs an io-wq worker's sleeps
 /// and wake-ups: ext4's buffered write has no async path, and
@@ -494,39 +449,5 @@ impl ThreadIo<'_> {
                 self.counters.writeback_us += now.saturating_sub(at) / 1000;
             }
         }
-    }
-}
-
-impl IoEngine for PreadEngine {
-    fn read_at(
-        &mut self,
-        file: &Arc<UringFile>,
-        mut buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<&ThrottlePtr>,
-        max_block: Duration,
-    ) -> BufResult<usize, Vec<u8>> {
-        let r = self.io().read(file, &mut buf, offset, throttle, max_block);
-        (r, buf)
-    }
-
-    fn write_at(
-        &mut self,
-        file: &Arc<UringFile>,
-        buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<&ThrottlePtr>,
-        max_block: Duration,
-    ) -> BufResult<usize, Vec<u8>> {
-        let r = self.io().write(file, &buf, offset, throttle, max_block);
-        (r, buf)
-    }
-
-    fn counters(&self) -> UringCounters {
-        self.counters
-    }
-
-    fn kind(&self) -> &'static str {
-        "pread"
     }
 }
