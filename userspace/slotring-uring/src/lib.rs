@@ -39,7 +39,7 @@
 //! caller's. A failed write is [`UringError::Write`], naming the file, the
 //! offset reached and the bytes written before it.
 //!
-//! The only `unsafe` code is in `sys.rs`: the syscall seam every syscall
+//! The only `unsafe` code is in `sys`: the syscall seam every syscall
 //! passes through and the ring that owns every buffer lent to the kernel
 //! until its last CQE arrives. See the module docs of `ring_core` for how a
 //! request moves through the ring.

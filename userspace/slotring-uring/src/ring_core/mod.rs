@@ -1,7 +1,7 @@
 //! The ring core: one ring and a state machine per request ([`RingCore`]),
 //! shared by every front end that uses a ring (`UringEngine`, the per-thread
 //! and the shared async engines). Safe code; all memory lent to the kernel is
-//! owned by the ring of `sys` (see `sys.rs`).
+//! owned by [`LendingRing`] (`sys`).
 //!
 //! Each request is a [`Lifecycle`] (what the ring is doing for it, each
 //! state holding exactly what is valid in it: the SQE in flight, the
