@@ -2,6 +2,7 @@
 //! ring's eventfd (through tokio's reactor) and for a tenant's fair turn.
 
 use std::future::{Future, poll_fn};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -11,6 +12,9 @@ use tokio::io::unix::AsyncFd;
 
 use crate::error::UringError;
 use crate::file::UringFile;
+use crate::policy::Op;
+use crate::ring_core::{PreIoWait, Submit};
+use crate::route::Plan;
 
 /// Wait for the ring's eventfd to signal (async front ends): on readiness
 /// drain the counter, then clear readiness, so that the reap that follows
@@ -40,7 +44,7 @@ pub(crate) fn poll_eventfd(
 /// (trimmed at the known end of the file) from `source`
 /// (`RingCore::prebook_source`). Returns the delay the IO must still wait, from
 /// now. Dropping the future while it is queued hands the turn on.
-pub(crate) async fn fair_booking(
+async fn fair_booking(
     throttle: &ThrottlePtr,
     tenant: &Tenant,
     file: &UringFile,
@@ -69,4 +73,30 @@ pub(crate) async fn fair_booking(
         }
     })
     .await
+}
+
+/// A tenant's read ([`Route::TenantRing`]): its fair turn
+/// ([`fair_booking`]), then the ring request that carries the delay left
+/// in its timeout SQE, with nothing more to charge ([`Plan::BOOKED`]).
+///
+/// [`Route::TenantRing`]: crate::route::Route::TenantRing
+pub(crate) async fn fair_turn(
+    throttle: &ThrottlePtr,
+    tenant: &Tenant,
+    file: &Arc<UringFile>,
+    (len, offset): (usize, u64),
+    source: Source,
+    max_block: Duration,
+) -> Result<Submit, ThrottleError> {
+    let delay = fair_booking(throttle, tenant, file, (len, offset), source, max_block).await?;
+    let s = Submit::new(
+        Plan::BOOKED,
+        Op::Read,
+        file,
+        offset,
+        None,
+        max_block,
+        PreIoWait::Linked,
+    );
+    Ok(s.prebooked(delay))
 }

@@ -19,10 +19,12 @@
 //! [`SharedEngine`] (`Send + Sync + Clone`, for any task on the
 //! multi-thread runtime). [`PreadEngine`] serves the
 //! same [`IoEngine`] trait where io_uring is unavailable
-//! ([`open_engine`] picks and names the cause). Both engines charge by one
+//! ([`open_engine`] picks and names the cause). Every engine charges by one
 //! policy (`policy.rs`): what counts as page cache, when the disk-rate guard
 //! asks `cachestat(2)` instead of probing, what a filesystem without
-//! `RWF_NOWAIT` is charged as.
+//! `RWF_NOWAIT` is charged as. `route.rs` decides, for each request, which
+//! code carries it out and how the policy charges it, and lists every stop
+//! of each route.
 //!
 //! A throttled buffered write on a disk filesystem reaches the disk at the
 //! throttled pace: it is booked and issued in pieces of 256 KiB, each
@@ -88,6 +90,7 @@ mod pool_io;
 mod pread_engine;
 mod ring_core;
 mod ring_wait;
+mod route;
 mod shard;
 mod shared_engine;
 #[allow(

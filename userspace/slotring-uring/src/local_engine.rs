@@ -21,12 +21,14 @@ use nix::sys::eventfd::EventFd;
 use slotring_throttle::{Tenant, ThrottlePtr};
 use tokio::io::unix::AsyncFd;
 
+use crate::async_wait::fair_turn;
 use crate::counters::UringCounters;
 use crate::engine::RingConfig;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::Op;
 use crate::ring_core::{PreIoWait, RingCore, Submit};
+use crate::route::{self, Offer, Route};
 use crate::sys::{RealSyscalls, SlotId, Syscalls, async_eventfd};
 
 struct Inner {
@@ -120,33 +122,38 @@ impl LocalEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        if let (Some(tenant), Some(t)) = (&self.tenant, throttle) {
-            let len = buf.len() as u64;
-            let source =
-                self.inner
-                    .core
-                    .borrow_mut()
-                    .prebook_source(Op::Read, file, offset, len, t);
-            let range = (buf.len(), offset);
-            let s = match crate::async_wait::fair_booking(t, tenant, file, range, source, max_block)
-                .await
-            {
-                Ok(delay) => {
-                    Submit::new(Op::Read, file, offset, None, max_block, PreIoWait::Linked)
-                        .prebooked(delay)
-                }
-                Err(e) => return (Err(e.into()), buf),
-            };
-            return self.run(s, buf).await;
-        }
-        let s = Submit::new(
-            Op::Read,
-            file,
-            offset,
+        let offer = Offer {
+            tenant: self.tenant.is_some(),
+            ..Offer::RING
+        };
+        let s = match (
+            self.route(offer, Op::Read, file, throttle, buf.len()),
+            &self.tenant,
             throttle,
-            max_block,
-            PreIoWait::Linked,
-        );
+        ) {
+            (Route::TenantRing(plan), Some(tenant), Some(t)) => {
+                let source = self.inner.core.borrow_mut().prebook_source(
+                    plan.charge,
+                    file,
+                    offset,
+                    buf.len() as u64,
+                );
+                let range = (buf.len(), offset);
+                match fair_turn(t, tenant, file, range, source, max_block).await {
+                    Ok(s) => s,
+                    Err(e) => return (Err(e.into()), buf),
+                }
+            }
+            (route, ..) => Submit::new(
+                route.plan(),
+                Op::Read,
+                file,
+                offset,
+                throttle,
+                max_block,
+                PreIoWait::Linked,
+            ),
+        };
         self.run(s, buf).await
     }
 
@@ -159,7 +166,11 @@ impl LocalEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
+        let plan = self
+            .route(Offer::RING, Op::Write, file, throttle, buf.len())
+            .plan();
         let s = Submit::new(
+            plan,
             Op::Write,
             file,
             offset,
@@ -168,6 +179,20 @@ impl LocalEngine {
             PreIoWait::Linked,
         );
         self.run(s, buf).await
+    }
+
+    /// The route of a request: the ring, after its fair turn for a
+    /// tenant's read.
+    fn route(
+        &self,
+        offer: Offer,
+        op: Op,
+        file: &UringFile,
+        throttle: Option<&ThrottlePtr>,
+        len: usize,
+    ) -> Route {
+        let policy = self.inner.core.borrow().policy();
+        route::route(policy, offer, op, file, throttle, len)
     }
 
     async fn run(&self, s: Submit, buf: Vec<u8>) -> BufResult<usize, Vec<u8>> {

@@ -24,6 +24,7 @@ use crate::counters::UringCounters;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::{Op, Policy};
+use crate::route::Plan;
 use crate::shared_engine::{PacedWrites, SharedConfig};
 use crate::sys::SysFactory;
 use crate::thread_io::ThreadIo;
@@ -40,6 +41,16 @@ pub(crate) struct PoolIo {
     /// Calls counted from before their spawn until they return or are
     /// dropped unrun (see "Memory ordering").
     pub(crate) running: AtomicUsize,
+}
+
+/// A request for the pool, taken by value (its future borrows nothing).
+pub(crate) struct PoolRequest {
+    pub(crate) op: Op,
+    pub(crate) file: Arc<UringFile>,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) offset: u64,
+    pub(crate) throttle: Option<ThrottlePtr>,
+    pub(crate) max_block: Duration,
 }
 
 /// One call counted in [`PoolIo::running`], from before its spawn until it
@@ -80,24 +91,26 @@ impl PoolIo {
         Call(self.clone())
     }
 
-    /// A call for a write of `len` bytes of `file` under `throttle`, if it
-    /// is a paced write this pool runs: [`PacedWrites::BlockingPool`], a
-    /// paced write of a length the ring takes, polled inside a tokio
-    /// runtime, and fewer than `at_once` such calls running.
-    pub(crate) fn paced_call(
-        self: &Arc<Self>,
-        file: &UringFile,
-        throttle: Option<&ThrottlePtr>,
-        len: usize,
-    ) -> Option<Call> {
+    /// The policy of the engine's requests.
+    pub(crate) fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Whether paced writes may run here ([`PacedWrites::BlockingPool`]):
+    /// what the engine offers a paced write ([`Route::PacedThread`]).
+    ///
+    /// [`Route::PacedThread`]: crate::route::Route::PacedThread
+    pub(crate) fn takes_paced_writes(&self) -> bool {
+        matches!(self.paced_writes, PacedWrites::BlockingPool { .. })
+    }
+
+    /// A call for a paced write, if this pool runs one now: polled inside a
+    /// tokio runtime, and fewer than `at_once` such calls running.
+    pub(crate) fn paced_call(self: &Arc<Self>) -> Option<Call> {
         let PacedWrites::BlockingPool { at_once } = self.paced_writes else {
             return None;
         };
-        if !crate::ring_core::paced_in_thread(&self.policy, file, throttle, len)
-            || tokio::runtime::Handle::try_current().is_err()
-        {
-            return None;
-        }
+        tokio::runtime::Handle::try_current().ok()?;
         self.running
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 (n < at_once).then_some(n + 1)
@@ -116,20 +129,22 @@ impl PoolIo {
         all.dirty_high_water_bytes = high;
     }
 
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the request's fields, as SharedEngine::run passes them"
-    )]
+    /// Run request `r` as `plan` says in one pool thread (`tenant` current
+    /// there), counted by `call` until it returns.
     pub(crate) async fn run(
         call: Call,
-        op: Op,
-        file: Arc<UringFile>,
-        mut buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<ThrottlePtr>,
-        max_block: Duration,
+        plan: Plan,
+        r: PoolRequest,
         tenant: Option<Tenant>,
     ) -> BufResult<usize, Vec<u8>> {
+        let PoolRequest {
+            op,
+            file,
+            mut buf,
+            offset,
+            throttle,
+            max_block,
+        } = r;
         let cancel = Arc::new(AtomicBool::new(false));
         let flag = cancel.clone();
         let job = tokio::task::spawn_blocking(move || {
@@ -146,8 +161,8 @@ impl PoolIo {
                 cancel: Some(&flag),
             };
             let out = match op {
-                Op::Read => io.read(&file, &mut buf, offset, throttle.as_ref(), max_block),
-                Op::Write => io.write(&file, &buf, offset, throttle.as_ref(), max_block),
+                Op::Read => io.read(plan, &file, &mut buf, offset, throttle.as_ref(), max_block),
+                Op::Write => io.write(plan, &file, &buf, offset, throttle.as_ref(), max_block),
             };
             pool.merge(counters);
             // `call` is dropped (Release) after the merge above.

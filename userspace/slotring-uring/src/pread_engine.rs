@@ -13,7 +13,8 @@ use crate::counters::UringCounters;
 use crate::engine::IoEngine;
 use crate::error::BufResult;
 use crate::file::UringFile;
-use crate::policy::Policy;
+use crate::policy::{Op, Policy};
+use crate::route::{self, Offer, Plan, Route};
 use crate::sys::{RealSyscalls, Syscalls};
 use crate::thread_io::ThreadIo;
 
@@ -53,6 +54,14 @@ impl PreadEngine {
         }
     }
 
+    /// The plan of a request, whose route is always [`Route::Pread`] (no
+    /// ring).
+    fn plan(&self, op: Op, file: &UringFile, throttle: Option<&ThrottlePtr>, len: usize) -> Plan {
+        let route = route::route(self.policy, Offer::PREAD, op, file, throttle, len);
+        debug_assert!(matches!(route, Route::Pread(_)), "{route:?}");
+        route.plan()
+    }
+
     fn io(&mut self) -> ThreadIo<'_> {
         ThreadIo {
             sys: self.sys.as_mut(),
@@ -72,7 +81,10 @@ impl IoEngine for PreadEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let r = self.io().read(file, &mut buf, offset, throttle, max_block);
+        let plan = self.plan(Op::Read, file, throttle, buf.len());
+        let r = self
+            .io()
+            .read(plan, file, &mut buf, offset, throttle, max_block);
         (r, buf)
     }
 
@@ -84,7 +96,10 @@ impl IoEngine for PreadEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let r = self.io().write(file, &buf, offset, throttle, max_block);
+        let plan = self.plan(Op::Write, file, throttle, buf.len());
+        let r = self
+            .io()
+            .write(plan, file, &buf, offset, throttle, max_block);
         (r, buf)
     }
 

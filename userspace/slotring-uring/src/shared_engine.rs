@@ -83,13 +83,15 @@ use std::time::Duration;
 
 use slotring_throttle::{Tenant, ThrottlePtr};
 
+use crate::async_wait::fair_turn;
 use crate::counters::UringCounters;
 use crate::engine::RingConfig;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::Op;
-use crate::pool_io::PoolIo;
+use crate::pool_io::{PoolIo, PoolRequest};
 use crate::ring_core::{PreIoWait, Submit};
+use crate::route::{self, Offer, Route};
 use crate::shard::{Shard, thread_index};
 use crate::sys::{RealSyscalls, SysFactory, Syscalls};
 
@@ -372,44 +374,67 @@ impl SharedEngine {
         let (file, throttle) = (file.clone(), throttle.cloned());
         let tenant = self.tenant.clone().filter(|_| op == Op::Read);
         async move {
-            let shards = match backend {
-                Backend::Pread => {
-                    let call = pool.call();
-                    return PoolIo::run(call, op, file, buf, offset, throttle, max_block, tenant)
-                        .await;
-                }
-                Backend::Uring(shards) => shards,
+            let offer = match &backend {
+                Backend::Pread => Offer::PREAD,
+                Backend::Uring(_) => Offer {
+                    ring: true,
+                    paced_thread: pool.takes_paced_writes(),
+                    tenant: tenant.is_some(),
+                },
             };
-            if op == Op::Write
-                && let Some(call) = pool.paced_call(&file, throttle.as_ref(), buf.len())
-            {
-                return PoolIo::run(call, op, file, buf, offset, throttle, max_block, None).await;
-            }
-            let s = match (&tenant, &throttle) {
-                (Some(tenant), Some(t)) => {
-                    let len = buf.len() as u64;
+            let len = buf.len();
+            let route = route::route(pool.policy(), offer, op, &file, throttle.as_ref(), len);
+            let shards = match backend {
+                Backend::Uring(shards) => shards,
+                Backend::Pread => {
+                    let (call, plan) = (pool.call(), route.plan());
+                    let r = PoolRequest {
+                        op,
+                        file,
+                        buf,
+                        offset,
+                        throttle,
+                        max_block,
+                    };
+                    return PoolIo::run(call, plan, r, tenant).await;
+                }
+            };
+            let s = match (route, &tenant, &throttle) {
+                (Route::PacedThread(plan), ..) => match pool.paced_call() {
+                    Some(call) => {
+                        let r = PoolRequest {
+                            op,
+                            file,
+                            buf,
+                            offset,
+                            throttle,
+                            max_block,
+                        };
+                        return PoolIo::run(call, plan, r, None).await;
+                    }
+                    // No pool thread for it now: the ring's route.
+                    None => Submit::new(
+                        plan,
+                        op,
+                        &file,
+                        offset,
+                        throttle.as_ref(),
+                        max_block,
+                        PreIoWait::Linked,
+                    ),
+                },
+                (Route::TenantRing(plan), Some(tenant), Some(t)) => {
                     let source = shards[thread_index() % shards.len()]
                         .lock()
                         .core
-                        .prebook_source(op, &file, offset, len, t);
-                    let booked = crate::async_wait::fair_booking(
-                        t,
-                        tenant,
-                        &file,
-                        (buf.len(), offset),
-                        source,
-                        max_block,
-                    )
-                    .await;
-                    match booked {
-                        Ok(delay) => {
-                            Submit::new(op, &file, offset, None, max_block, PreIoWait::Linked)
-                                .prebooked(delay)
-                        }
+                        .prebook_source(plan.charge, &file, offset, len as u64);
+                    match fair_turn(t, tenant, &file, (len, offset), source, max_block).await {
+                        Ok(s) => s,
                         Err(e) => return (Err(e.into()), buf),
                     }
                 }
-                _ => Submit::new(
+                (route, ..) => Submit::new(
+                    route.plan(),
                     op,
                     &file,
                     offset,

@@ -17,7 +17,8 @@ use slotring_throttle::{Source, ThrottlePtr, park_current_lease, sleep_abs_monot
 use crate::counters::UringCounters;
 use crate::error::UringError;
 use crate::file::UringFile;
-use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
+use crate::policy::{self, Charge, Op, Policy, WRITEBACK_PIECE};
+use crate::route::Plan;
 use crate::sys::{Syscalls, monotonic_now_ns};
 use crate::writeback_cap::CapHold;
 
@@ -124,9 +125,9 @@ impl ThreadIo<'_> {
                 Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                     let mode = policy::after_nowait_unsupported(self.sys.fs_is_memory(fd));
                     file.set_nowait_mode(mode);
-                    return Ok(match Route::from(mode) {
-                        Route::PageCache => Served::Memory,
-                        Route::Device | Route::Probe => Served::CachedPrefix(0),
+                    return Ok(match Charge::from(mode) {
+                        Charge::PageCache => Served::Memory,
+                        Charge::Device | Charge::Probe => Served::CachedPrefix(0),
                     });
                 }
                 Err(source) => {
@@ -141,8 +142,12 @@ impl ThreadIo<'_> {
         }
     }
 
+    /// Read up to `buf.len()` bytes at `offset`, charged after the read as
+    /// `plan` says (a probe settled by the disk-rate guard's `cachestat`
+    /// or by a `RWF_NOWAIT` read); the bytes read (fewer only at EOF).
     pub(crate) fn read(
         &mut self,
+        plan: Plan,
         file: &Arc<UringFile>,
         buf: &mut [u8],
         offset: u64,
@@ -154,18 +159,18 @@ impl ThreadIo<'_> {
         if len == 0 {
             return Ok(0);
         }
-        let served = match self.policy.route(Op::Read, file, throttle) {
-            Route::Device => Served::CachedPrefix(0),
-            Route::PageCache => Served::Memory,
-            Route::Probe if self.policy.guard_engaged(throttle, len as u64) => {
+        let served = match plan.charge {
+            Charge::Device => Served::CachedPrefix(0),
+            Charge::PageCache => Served::Memory,
+            Charge::Probe if self.policy.guard_engaged(throttle, len as u64) => {
                 self.counters.cachestat_checks += 1;
                 let stat = self.sys.cachestat(fd, offset, len as u64);
-                match policy::cachestat_route(stat, offset, len as u64) {
-                    Route::PageCache => Served::Memory,
-                    Route::Device | Route::Probe => Served::CachedPrefix(0),
+                match policy::cachestat_charge(stat, offset, len as u64) {
+                    Charge::PageCache => Served::Memory,
+                    Charge::Device | Charge::Probe => Served::CachedPrefix(0),
                 }
             }
-            Route::Probe => match self.probe(file, buf, offset)? {
+            Charge::Probe => match self.probe(file, buf, offset)? {
                 // At or past the known end (where even a memory file
                 // answers nothing), nothing is charged as page cache.
                 Served::Memory if file.size_hint() <= offset => Served::CachedPrefix(0),
@@ -222,8 +227,8 @@ impl ThreadIo<'_> {
         Ok(())
     }
 
-    /// `pwrite` all of `buf` at `offset`. A paced write
-    /// ([`Writeback::Paced`]) goes in pieces of at most [`WRITEBACK_PIECE`]
+    /// `pwrite` all of `buf` at `offset`. A paced write (`plan`'s
+    /// [`Writeback::Paced`](crate::policy::Writeback::Paced)) goes in pieces of at most [`WRITEBACK_PIECE`]
     /// bytes, each charged (and waiting for its turn) before its `pwrite`,
     /// then taking its room under the caps, and followed by the start of its
     /// writeback (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), by waiting for
@@ -243,6 +248,7 @@ impl ThreadIo<'_> {
     /// keeps its booking, as on the ring).
     pub(crate) fn write(
         &mut self,
+        plan: Plan,
         file: &Arc<UringFile>,
         buf: &[u8],
         offset: u64,
@@ -250,8 +256,8 @@ impl ThreadIo<'_> {
         max_block: Duration,
     ) -> Result<usize, UringError> {
         let fd = file.fd();
-        let paced = self.policy.writeback(Op::Write, file, throttle) == Writeback::Paced;
-        let in_memory = self.policy.route(Op::Write, file, throttle) == Route::PageCache;
+        let paced = plan.paced();
+        let in_memory = plan.charge == Charge::PageCache;
         let piece = if paced {
             WRITEBACK_PIECE as usize
         } else {

@@ -75,6 +75,7 @@ use crate::policy::Op;
 #[cfg(doc)]
 use crate::pread_engine::PreadEngine;
 use crate::ring_core::{PreIoWait, Release, RingCore, Submit};
+use crate::route::{self, Offer, Plan, Route};
 use crate::sys::{RealSyscalls, SlotId, Syscalls};
 
 /// Names a submitted request of a [`UringEngine`].
@@ -157,7 +158,9 @@ impl UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> Ticket {
+        let plan = self.plan(Offer::RING, Op::Read, file, throttle, buf.len());
         let s = Submit::new(
+            plan,
             Op::Read,
             file,
             offset,
@@ -177,7 +180,9 @@ impl UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> Ticket {
+        let plan = self.plan(Offer::RING, Op::Write, file, throttle, buf.len());
         let s = Submit::new(
+            plan,
             Op::Write,
             file,
             offset,
@@ -336,6 +341,20 @@ impl UringEngine {
         }
     }
 
+    /// The plan of a request through `offer`: the ticket API and reads
+    /// always take the ring ([`Route::Ring`]); only `write_at` offers its
+    /// thread ([`Route::PacedThread`]).
+    fn plan(
+        &self,
+        offer: Offer,
+        op: Op,
+        file: &UringFile,
+        throttle: Option<&ThrottlePtr>,
+        len: usize,
+    ) -> Plan {
+        route::route(self.core.policy(), offer, op, file, throttle, len).plan()
+    }
+
     /// Park the calling thread's CPU lease for a throttle wait of the only
     /// request the engine holds. `None` if nothing was parked (no hook, no
     /// current lease, or other requests held, whose linked IO the kernel
@@ -358,7 +377,9 @@ impl IoEngine for UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
+        let plan = self.plan(Offer::RING, Op::Read, file, throttle, buf.len());
         let s = Submit::new(
+            plan,
             Op::Read,
             file,
             offset,
@@ -381,14 +402,29 @@ impl IoEngine for UringEngine {
         // engine does it, when nothing else is in flight on the ring (whose
         // completions this thread would not reap meanwhile). See the module
         // docs, "Paced writes".
-        if self.core.writes_in_thread(file, throttle, buf.len()) {
-            let r = self
-                .core
-                .thread_io()
-                .write(file, &buf, offset, throttle, max_block);
-            return (r, buf);
-        }
+        let offer = Offer {
+            paced_thread: self.core.in_flight() == 0,
+            ..Offer::RING
+        };
+        let plan = match route::route(
+            self.core.policy(),
+            offer,
+            Op::Write,
+            file,
+            throttle,
+            buf.len(),
+        ) {
+            Route::PacedThread(plan) => {
+                let r = self
+                    .core
+                    .thread_io()
+                    .write(plan, file, &buf, offset, throttle, max_block);
+                return (r, buf);
+            }
+            other => other.plan(),
+        };
         let s = Submit::new(
+            plan,
             Op::Write,
             file,
             offset,

@@ -24,13 +24,14 @@
 //! * `collect.rs`: the owner's side — staged waits, cancel, abandon,
 //!   wakers, collecting a finished request.
 //!
-//! What is charged is the policy of `policy.rs`, shared with the threads'
-//! own IO (`thread_io.rs`); this module decides only how the ring
+//! What is charged is decided before a request gets here, by the policy of
+//! `policy.rs` through `route.rs` (which also lists every stop of every
+//! route, this module's included); this module decides only how the ring
 //! carries it out.
 //!
 //! # A wait before the IO
 //!
-//! A request charged before its IO ([`Route::Device`], and a probe's miss)
+//! A request charged before its IO ([`Charge::Device`], and a probe's miss)
 //! books the whole chain with [`Throttle::reserve`], which returns the sum
 //! of every level's wait (a parent is charged at the time its child's wait
 //! would end, an array member at the time the previous member's wait would
@@ -59,7 +60,8 @@ use slotring_throttle::{Source, ThrottlePtr};
 use crate::counters::UringCounters;
 use crate::error::UringError;
 use crate::file::UringFile;
-use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
+use crate::policy::{self, Charge, Op, Policy, WRITEBACK_PIECE};
+use crate::route::Plan;
 use crate::sys::{
     Cqe, IoKind, IoSqe, LendingRing, SetupParams, SlotId, Syscalls, monotonic_now_ns,
 };
@@ -73,22 +75,7 @@ mod reads;
 mod reap;
 
 /// Largest single SQE transfer we issue.
-const MAX_IO: usize = 1 << 30;
-
-/// Whether a write of `len` bytes of `file` under `throttle` is one that a
-/// thread may do itself ([`ThreadIo`]) instead of the ring: a paced write
-/// ([`Writeback::Paced`]) of a length the ring takes (so that a write's
-/// outcome never depends on the path it took). The blocking front end
-/// adds "nothing else in flight" ([`RingCore::writes_in_thread`]); the shared
-/// front end sends it to tokio's blocking pool (`pool_io.rs`).
-pub(crate) fn paced_in_thread(
-    policy: &Policy,
-    file: &UringFile,
-    throttle: Option<&ThrottlePtr>,
-    len: usize,
-) -> bool {
-    len <= MAX_IO && policy.writeback(Op::Write, file, throttle) == Writeback::Paced
-}
+pub(crate) const MAX_IO: usize = 1 << 30;
 
 /// How a throttle wait booked before a request's IO goes out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,7 +238,8 @@ pub(crate) struct Req {
     /// Absolute `CLOCK_MONOTONIC` deadline of the last wait booked,
     /// reported with the result.
     deadline_ns: Option<u64>,
-    /// [`Writeback::Paced`]: booked and issued in pieces, each write linked
+    /// [`Writeback::Paced`](crate::policy::Writeback::Paced): booked and
+    /// issued in pieces, each write linked
     /// to the writeback of what the request has written.
     paced: bool,
     /// Paced writes: the end (within the request) of the bytes booked so
@@ -273,7 +261,7 @@ pub(crate) struct Req {
     /// Paced writes: when each write CQE whose writeback's CQE is not in
     /// yet was reaped, oldest first (see [`RingCore::time_writeback`]).
     written_at: VecDeque<u64>,
-    /// A read routed by probing the page cache ([`Route::Probe`]) that has
+    /// A read routed by probing the page cache ([`Charge::Probe`]) that has
     /// issued no `RWF_NOWAIT` read yet (the disk-rate guard routed it by
     /// `cachestat`): after a throttle wait its IO is a re-probe (see
     /// [`RingCore::on_reprobe`]). A probe that misses clears it: it may have
@@ -295,13 +283,16 @@ pub(crate) struct Submit {
     max_block: Duration,
     pre_io_wait: PreIoWait,
     /// A delay already booked for the whole request (a tenant's turn taken
-    /// by the front end, see `async_wait::fair_booking`), from submission.
+    /// by the front end, see `async_wait::fair_turn`), from submission.
     prebooked_ns: u64,
+    /// How it is charged ([`crate::route::route`]).
+    plan: Plan,
 }
 
 impl Submit {
-    /// An `op` on `file` at `offset`, charged to `throttle`.
+    /// An `op` on `file` at `offset`, charged to `throttle` as `plan` says.
     pub(crate) fn new(
+        plan: Plan,
         op: Op,
         file: &Arc<UringFile>,
         offset: u64,
@@ -317,6 +308,7 @@ impl Submit {
             max_block,
             pre_io_wait,
             prebooked_ns: 0,
+            plan,
         }
     }
 
@@ -397,18 +389,9 @@ impl RingCore {
         self.ring.live_count()
     }
 
-    /// Whether the blocking front end writes `len` bytes of `file` under
-    /// `throttle` in its caller's own thread ([`ThreadIo`]): a paced write
-    /// ([`Writeback::Paced`]), nothing else in flight (whose completions
-    /// the thread would not reap meanwhile), and a length the ring takes
-    /// (so that a write's outcome never depends on the path it took).
-    pub(crate) fn writes_in_thread(
-        &self,
-        file: &UringFile,
-        throttle: Option<&ThrottlePtr>,
-        len: usize,
-    ) -> bool {
-        self.in_flight() == 0 && paced_in_thread(&self.policy, file, throttle, len)
+    /// The ring's policy (what its front end routes requests by).
+    pub(crate) fn policy(&self) -> Policy {
+        self.policy
     }
 
     /// The calling thread's own blocking IO, through this ring's syscall
@@ -424,7 +407,7 @@ impl RingCore {
 
     /// Start a request; the buffer is the ring's until the request is taken.
     pub(crate) fn submit(&mut self, s: Submit, buf: Vec<u8>) -> SlotId {
-        let prebooked_ns = s.prebooked_ns;
+        let (prebooked_ns, plan) = (s.prebooked_ns, s.plan);
         let req = Req {
             op: s.op,
             file: s.file,
@@ -447,7 +430,7 @@ impl RingCore {
             state: Lifecycle::Starting,
         };
         let id = self.ring.alloc(buf, req);
-        if let Err(e) = self.start(id, prebooked_ns) {
+        if let Err(e) = self.start(id, plan, prebooked_ns) {
             self.finish(id, Err(e));
         }
         id
@@ -457,11 +440,8 @@ impl RingCore {
         self.ring.data_mut(id).expect("live request")
     }
 
-    fn start(&mut self, id: SlotId, prebooked_ns: u64) -> Result<(), UringError> {
-        let (op, len, file, throttle) = {
-            let r = self.req(id);
-            (r.op, r.len, r.file.clone(), r.throttle.clone())
-        };
+    fn start(&mut self, id: SlotId, plan: Plan, prebooked_ns: u64) -> Result<(), UringError> {
+        let len = self.req(id).len;
         if len == 0 {
             self.finish(id, Ok(0));
             return Ok(());
@@ -472,15 +452,16 @@ impl RingCore {
                 value: len as u64,
             });
         }
-        let paced = self.policy.writeback(op, &file, throttle.as_ref()) == Writeback::Paced;
-        self.req(id).paced = paced;
-        if paced {
-            self.req(id).cap = CapHold::for_chain(self.policy, throttle.as_ref());
+        if plan.paced() {
+            let policy = self.policy;
+            let r = self.req(id);
+            r.paced = true;
+            r.cap = CapHold::for_chain(policy, r.throttle.as_ref());
         }
-        match self.policy.route(op, &file, throttle.as_ref()) {
-            Route::Device => self.charge_then_io(id, prebooked_ns),
-            Route::PageCache => self.known_hit_io(id),
-            Route::Probe => self.start_probe(id),
+        match plan.charge {
+            Charge::Device => self.charge_then_io(id, prebooked_ns),
+            Charge::PageCache => self.known_hit_io(id),
+            Charge::Probe => self.start_probe(id),
         }
     }
 

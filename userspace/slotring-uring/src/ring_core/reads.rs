@@ -2,7 +2,7 @@
 //! guard, the page-cache charge after the IO, and the refunds of bytes
 //! another reader brought in.
 //!
-//! * **[`Route::Probe`]**: the read is first submitted with `RWF_NOWAIT`
+//! * **[`Charge::Probe`]**: the read is first submitted with `RWF_NOWAIT`
 //!   (never with `IOSQE_ASYNC`, which defeats it). A full result is a
 //!   page-cache hit, charged as [`Source::PageCache`] after the fact (a
 //!   block-device level skips it, its parents charge it; a resulting wait is
@@ -25,46 +25,46 @@
 //!   [`Policy::guard_engaged`] for this read plus every probe already in
 //!   flight, the engine does not probe: it asks `cachestat(2)` and routes
 //!   the read by its answer, charging before any IO ([`RingCore::start_probe`]).
-//! * **[`Route::PageCache`]** (a memory filesystem): read without a probe,
+//! * **[`Charge::PageCache`]** (a memory filesystem): read without a probe,
 //!   every byte charged as page cache when the IO completes.
 //!
 //! [`Throttle::refund_page_cache_read`]: slotring_throttle::Throttle::refund_page_cache_read
 //! [`Policy::guard_engaged`]: crate::policy::Policy::guard_engaged
 //! [`PreIoWait::Linked`]: super::PreIoWait::Linked
 
-use slotring_throttle::{Source, ThrottlePtr};
+use slotring_throttle::Source;
 
 use super::{Lifecycle, Owed, RingCore, io_failed};
 use crate::error::UringError;
 use crate::file::UringFile;
-use crate::policy::{self, Op, Route};
+use crate::policy::{self, Charge, Op};
 use crate::sys::{IoKind, IoSqe, SlotId};
 
 impl RingCore {
-    /// Where the bytes of an `op` of `len` at `off` of `file` charged to
-    /// `throttle` come from, decided before submission (for a tenant's read,
-    /// booked in its fair turn before the ring sees it): the route the ring
-    /// would take, with a probe replaced by `cachestat(2)` (page cache only
-    /// when every page is cached).
+    /// Where the bytes of a read of `len` at `off` of `file` that `charge`
+    /// says how to charge come from, decided before submission (a tenant's
+    /// read, booked in its fair turn before the ring sees it,
+    /// [`Route::TenantRing`](crate::route::Route::TenantRing)): a probe is
+    /// replaced by `cachestat(2)` (page cache only when every page is
+    /// cached).
     pub(crate) fn prebook_source(
         &mut self,
-        op: Op,
+        charge: Charge,
         file: &UringFile,
         off: u64,
         len: u64,
-        throttle: &ThrottlePtr,
     ) -> Source {
-        let route = match self.policy.route(op, file, Some(throttle)) {
-            Route::Probe => {
+        let charge = match charge {
+            Charge::Probe => {
                 self.counters.cachestat_checks += 1;
                 let stat = self.ring.sys().cachestat(file.fd(), off, len);
-                policy::cachestat_route(stat, off, len)
+                policy::cachestat_charge(stat, off, len)
             }
-            r => r,
+            c => c,
         };
-        match route {
-            Route::PageCache => Source::PageCache,
-            Route::Device | Route::Probe => Source::Device,
+        match charge {
+            Charge::PageCache => Source::PageCache,
+            Charge::Device | Charge::Probe => Source::Device,
         }
     }
 
@@ -85,7 +85,7 @@ impl RingCore {
         )
     }
 
-    /// Start a read routed to [`Route::Probe`]: probe with `RWF_NOWAIT`,
+    /// Start a read routed to [`Charge::Probe`]: probe with `RWF_NOWAIT`,
     /// unless the disk-rate guard is engaged for it and the probes in flight;
     /// then `cachestat(2)` routes it and it is charged before any IO.
     pub(super) fn start_probe(&mut self, id: SlotId) -> Result<(), UringError> {
@@ -116,9 +116,9 @@ impl RingCore {
         self.counters.cachestat_checks += 1;
         let off = self.req(id).offset;
         let stat = self.ring.sys().cachestat(file.fd(), off, len as u64);
-        match policy::cachestat_route(stat, off, len as u64) {
-            Route::PageCache => self.known_hit_io(id),
-            Route::Device | Route::Probe => self.charge_then_io(id, 0),
+        match policy::cachestat_charge(stat, off, len as u64) {
+            Charge::PageCache => self.known_hit_io(id),
+            Charge::Device | Charge::Probe => self.charge_then_io(id, 0),
         }
     }
 
@@ -160,9 +160,9 @@ impl RingCore {
             if cancel {
                 return Err(UringError::Cancelled);
             }
-            return match Route::from(mode) {
-                Route::PageCache => self.known_hit_io(id),
-                Route::Device | Route::Probe => self.charge_then_io(id, 0),
+            return match Charge::from(mode) {
+                Charge::PageCache => self.known_hit_io(id),
+                Charge::Device | Charge::Probe => self.charge_then_io(id, 0),
             };
         }
         if res < 0 {
