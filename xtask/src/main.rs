@@ -2,8 +2,10 @@
 //!
 //! * `ci` — everything CI runs: first the Debian packages the checks need
 //!   (installed as root, else the install line; see `deps.rs`), then fmt
-//!   check, clippy with `-D warnings`, the test suite, the loom models, and
-//!   staleness checks of committed generated files.
+//!   check, clippy with `-D warnings`, the test suite, the crates that have
+//!   optional front ends once more without them (`suites::NO_DEFAULT_FEATURES`:
+//!   clippy and tests), the loom models, and staleness checks of committed
+//!   generated files.
 //! * `deps` — only that first step of `ci`.
 //! * `bench <suite>` — run one benchmark suite (ours and baselines side by
 //!   side); it prints a table and writes `target/bench/<suite>.json`.
@@ -107,6 +109,18 @@ fn ci(root: &Path, no_loom: bool) -> Result<()> {
         &["test", "--workspace", "--no-fail-fast"],
         &[],
     )?;
+    for pkg in suites::NO_DEFAULT_FEATURES {
+        let pkg_args = ["-p", pkg, "--no-default-features"];
+        let clippy = [
+            &["clippy"][..],
+            &pkg_args,
+            &["--all-targets", "--", "-D", "warnings"],
+        ]
+        .concat();
+        run(root, "cargo", &clippy, &[])?;
+        let test = [&["test"][..], &pkg_args, &["--no-fail-fast"]].concat();
+        run(root, "cargo", &test, &[])?;
+    }
     if !no_loom {
         for (pkg, test) in suites::LOOM_MODELS {
             let target = root.join("target/loom");

@@ -19,6 +19,11 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("adaptive", ("slotring-cli", "adaptive")),
 ];
 
+/// Packages whose default features are optional front ends (slotring-uring's
+/// `tokio`): CI also lints and tests them with `--no-default-features`, so
+/// that the crate without them keeps building and passing.
+pub(crate) const NO_DEFAULT_FEATURES: &[&str] = &["slotring-uring"];
+
 /// `(package, integration test)` pairs run with `--cfg loom`.
 pub(crate) const LOOM_MODELS: &[(&str, &str)] =
     &[("slotring-throttle", "loom"), ("slotring-slots", "loom")];

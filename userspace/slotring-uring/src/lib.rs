@@ -48,6 +48,11 @@
 //!
 //! # Features
 //!
+//! * `tokio` (on by default): the async front ends — [`LocalEngine`],
+//!   [`SharedEngine`] (its [`SharedConfig`], [`Reaper`], [`PacedWrites`])
+//!   and the [`AsyncIo`] trait they share — and with them the dependency on
+//!   tokio. Without it the crate is the blocking engines, [`open_engine`]
+//!   and [`RingWait`], and builds no tokio.
 //! * `test-util` (off by default): exposes the syscall seam —
 //!   `Syscalls`, `RealSyscalls`, `SetupParams`, `CacheStat`, `IoUring` and
 //!   the `with_syscalls` constructors, `open_engine_with` — so that this
@@ -75,23 +80,32 @@
 //! assert_eq!(&buf[..n.unwrap()], b"hello, ring");
 //! std::fs::remove_file(&path).unwrap();
 //! ```
-
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "\n[`LocalEngine`]: #features\n[`SharedEngine`]: #features\n[`SharedConfig`]: #features\n[`Reaper`]: #features\n[`PacedWrites`]: #features\n[`AsyncIo`]: #features"
+)]
 #![deny(unsafe_code)]
 
+#[cfg(feature = "tokio")]
 mod async_io;
+#[cfg(feature = "tokio")]
 mod async_wait;
 mod counters;
 mod engine;
 mod error;
 mod file;
+#[cfg(feature = "tokio")]
 mod local_engine;
 mod policy;
+#[cfg(feature = "tokio")]
 mod pool_io;
 mod pread_engine;
 mod ring_core;
 mod ring_wait;
 mod route;
+#[cfg(feature = "tokio")]
 mod shard;
+#[cfg(feature = "tokio")]
 mod shared_engine;
 #[allow(
     unsafe_code,
@@ -102,6 +116,7 @@ mod thread_io;
 mod uring_engine;
 mod writeback_cap;
 
+#[cfg(feature = "tokio")]
 pub use crate::async_io::AsyncIo;
 pub use crate::counters::UringCounters;
 #[cfg(feature = "test-util")]
@@ -109,10 +124,12 @@ pub use crate::engine::open_engine_with;
 pub use crate::engine::{IoEngine, RingConfig, open_engine};
 pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
+#[cfg(feature = "tokio")]
 pub use crate::local_engine::LocalEngine;
 pub use crate::policy::{Op, Policy};
 pub use crate::pread_engine::PreadEngine;
 pub use crate::ring_wait::{RingWait, RingWaitConfig};
+#[cfg(feature = "tokio")]
 pub use crate::shared_engine::{PacedWrites, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls, WARM_UP_USER_DATA};

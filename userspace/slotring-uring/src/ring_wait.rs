@@ -37,8 +37,8 @@ use crate::sys::{
 
 /// How a [`RingWait`] waits. The default ([`RingWaitConfig::DEFAULT`]) is
 /// the configuration that overshot least in `cargo xtask bench wait` (see
-/// ARCHITECTURE.md): the enter's own timeout, woken
-/// [`DEFAULT_ADVANCE`] early.
+/// ARCHITECTURE.md): the enter's own timeout, woken 20 µs early
+/// ([`RingWaitConfig::advance`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingWaitConfig {
     /// Sleep on `io_uring_enter`'s absolute `EXT_ARG` timeout (no SQE; the
@@ -66,8 +66,8 @@ pub struct RingWaitConfig {
 pub const DEFAULT_ADVANCE: Duration = Duration::from_micros(20);
 
 impl RingWaitConfig {
-    /// The default: [`RingWaitConfig::enter_timeout`], woken
-    /// [`DEFAULT_ADVANCE`] early, on a plain ring.
+    /// The default: [`RingWaitConfig::enter_timeout`], woken 20 µs early
+    /// ([`RingWaitConfig::advance`]), on a plain ring.
     pub const DEFAULT: Self = Self {
         enter_timeout: true,
         coop_taskrun: false,

@@ -144,6 +144,7 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    #[cfg(feature = "tokio")]
     /// A request whose chain is charged already (a tenant's read, booked
     /// in its fair turn): no detection, no pacing — the plan of an
     /// unthrottled request.

@@ -2,6 +2,7 @@
 //! release a staged wait, cancel or abandon it, leave a waker, collect it
 //! once its chain is quiet.
 
+#[cfg(feature = "tokio")]
 use std::task::Waker;
 
 use super::{Lifecycle, Owner, Release, RingCore, Taken};
@@ -115,6 +116,7 @@ impl RingCore {
             .is_some_and(|r| matches!(r.state, Lifecycle::Completed(_)))
     }
 
+    #[cfg(feature = "tokio")]
     /// Set the waker woken when the request finishes.
     pub(crate) fn set_waker(&mut self, id: SlotId, w: &Waker) {
         if let Some(slot) = self.ring.data_mut(id).and_then(|r| r.owner.waker())
@@ -124,6 +126,7 @@ impl RingCore {
         }
     }
 
+    #[cfg(feature = "tokio")]
     /// Wake one waiting request other than `except` (to hand over the
     /// eventfd registration).
     pub(crate) fn wake_one_waiting(&mut self, except: SlotId) {
@@ -141,6 +144,7 @@ impl RingCore {
         }
     }
 
+    #[cfg(feature = "tokio")]
     /// One poll of request `id` by an async front end: reap and submit
     /// until quiet (what this reap queues must reach the kernel before the
     /// task sleeps), then its result if it is done, else register `waker`.
@@ -176,6 +180,7 @@ impl RingCore {
         Some((result, buf, req.deadline_ns))
     }
 
+    #[cfg(feature = "tokio")]
     /// One line per live request (diagnostics).
     pub(crate) fn dump(&self) -> String {
         let mut out = String::new();

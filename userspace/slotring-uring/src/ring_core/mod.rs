@@ -312,6 +312,7 @@ impl Submit {
         }
     }
 
+    #[cfg(feature = "tokio")]
     /// The request was booked in its tenant's fair turn already (with no
     /// throttle left to charge here): its IO waits `delay_ns` from now, in
     /// the same timeout SQE a charge here would have produced.
@@ -370,6 +371,7 @@ impl RingCore {
         self.ring.fd()
     }
 
+    #[cfg(feature = "tokio")]
     pub(crate) fn register_eventfd(&mut self, efd: i32) -> Result<(), UringError> {
         self.ring
             .register_eventfd(efd)

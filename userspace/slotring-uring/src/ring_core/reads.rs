@@ -36,11 +36,13 @@ use slotring_throttle::Source;
 
 use super::{Lifecycle, Owed, RingCore, io_failed};
 use crate::error::UringError;
+#[cfg(feature = "tokio")]
 use crate::file::UringFile;
 use crate::policy::{self, Charge, Op};
 use crate::sys::{IoKind, IoSqe, SlotId};
 
 impl RingCore {
+    #[cfg(feature = "tokio")]
     /// Where the bytes of a read of `len` at `off` of `file` that `charge`
     /// says how to charge come from, decided before submission (a tenant's
     /// read, booked in its fair turn before the ring sees it,

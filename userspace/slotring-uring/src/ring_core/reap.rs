@@ -51,6 +51,7 @@ impl RingCore {
         Ok(())
     }
 
+    #[cfg(feature = "tokio")]
     /// Reap what completed and submit everything queued, without waiting
     /// (async front end). Reaping can queue SQEs (the rest of a short read,
     /// a miss's retry, a page-cache wait), so this repeats until a reap

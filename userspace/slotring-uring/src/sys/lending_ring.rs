@@ -207,6 +207,7 @@ impl<T> LendingRing<T> {
         self.sys.as_mut()
     }
 
+    #[cfg(feature = "tokio")]
     /// Register `efd` to be signalled on every CQE.
     pub(crate) fn register_eventfd(&mut self, efd: RawFd) -> io::Result<()> {
         self.sys.io_uring_register_eventfd(&self.ring, efd)
@@ -583,6 +584,7 @@ impl<T> LendingRing<T> {
         }
     }
 
+    #[cfg(feature = "tokio")]
     /// Whether SQEs are waiting to be submitted.
     pub(crate) fn has_unsubmitted(&self) -> bool {
         self.unsubmitted > 0

@@ -20,6 +20,7 @@
 //!   or request that lent it. Dropping a `LendingRing` with IO in flight cancels it
 //!   and waits for every outstanding CQE before the memory is released.
 
+#[cfg(feature = "tokio")]
 use std::io;
 
 mod lending_ring;
@@ -44,6 +45,7 @@ pub(crate) fn monotonic_now_ns() -> u64 {
 }
 
 /// A non-blocking eventfd registered with the current tokio reactor.
+#[cfg(feature = "tokio")]
 pub(crate) fn async_eventfd() -> io::Result<tokio::io::unix::AsyncFd<nix::sys::eventfd::EventFd>> {
     use nix::sys::eventfd::{EfdFlags, EventFd};
     let efd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;

@@ -111,6 +111,7 @@ pub trait Syscalls: Send + 'static {
             .submit_with_args_and_flags(1, &args, io_uring::EnterFlags::ABS_TIMER)
     }
 
+    #[cfg(feature = "tokio")]
     /// `io_uring_register(IORING_REGISTER_EVENTFD)`: signal `efd` on every CQE.
     fn io_uring_register_eventfd(&mut self, ring: &IoUring, efd: RawFd) -> io::Result<()> {
         ring.submitter().register_eventfd(efd)
