@@ -1,14 +1,16 @@
 //! The async front end on tokio: an eventfd registered with the ring
-//! (`IORING_REGISTER_EVENTFD`, *not* the `_ASYNC` variant, which in our probe
-//! never signalled completions of cold reads finished by io-wq) and watched
+//! (`IORING_REGISTER_EVENTFD`, *not* the `_ASYNC` variant, which does not
+//! signal the completions of cold reads that io-wq finishes) and watched
 //! through [`AsyncFd`]. No helper thread and no driver task: whichever
 //! waiting future polled last owns the eventfd registration and reaps for
 //! everybody; when it finishes or is dropped it hands the duty to another
 //! waiting future by waking it.
 //!
 //! One engine per thread (tokio current-thread runtime or a `LocalSet`): the
-//! engine is `!Send`, which is what our measurements favoured (a shared
-//! ring on the multi-thread runtime suffered cross-thread wake-ups).
+//! engine is `!Send`, so its ring takes no lock and a completion wakes no
+//! other thread (a ring shared by the multi-thread runtime's workers costs
+//! cross-thread wake-ups; [`crate::SharedEngine`] keeps one per worker, and
+//! `cargo xtask bench shared` compares the two).
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;

@@ -64,7 +64,7 @@ const PAGE: u64 = 4096;
 
 /// The largest piece a paced write is booked and issued in. A 100 ms window
 /// of a 32 MiB/s limit holds 12.8 such pieces, so a window's count is off by
-/// at most one piece (8 %); see ARCHITECTURE.md for the measurements.
+/// at most one piece (8 %); `cargo xtask bench write` measures the windows.
 pub(crate) const WRITEBACK_PIECE: u64 = 256 << 10;
 
 /// A read or a write.
@@ -123,7 +123,7 @@ pub struct Policy {
     /// complete, and the backlog the bucket collected meanwhile drains at
     /// most a little above the rate (`writeback_catch_up_permille`). `None`: only the
     /// per-request `writeback_depth` applies. Default 16 ms (512 KiB at
-    /// 32 MiB/s); see ARCHITECTURE.md for the measurements.
+    /// 32 MiB/s); `cargo xtask bench write` measures what it holds back.
     pub writeback_cap: Option<Duration>,
     /// Paced writes under a writeback cap: how far above a block-device
     /// throttler's rate its pieces may start while its bucket spends what

@@ -13,8 +13,7 @@
 //! with `hrtimer_set_expires_range_ns(.., 0)`), which is what a ring wait
 //! saves over a nanosleep's 50 µs default slack; the rest of the overshoot
 //! is the machine's wake-up latency, common to both. Every configuration
-//! is measured side by side in `cargo xtask bench wait` (table in
-//! ARCHITECTURE.md). If the clock (`CLOCK_MONOTONIC_RAW`, which NTP does
+//! is measured side by side by `cargo xtask bench wait`. If the clock (`CLOCK_MONOTONIC_RAW`, which NTP does
 //! not slew) still reads short of the deadline after the ring's wait, the
 //! rest is waited on the ring too (a nanosleep would add its slack).
 //!
@@ -36,8 +35,8 @@ use crate::sys::{
 };
 
 /// How a [`RingWait`] waits. The default ([`RingWaitConfig::DEFAULT`]) is
-/// the configuration that overshot least in `cargo xtask bench wait` (see
-/// ARCHITECTURE.md): the enter's own timeout, woken 20 µs early
+/// the configuration that overshoots least in `cargo xtask bench wait`: the
+/// enter's own timeout, woken 20 µs early
 /// ([`RingWaitConfig::advance`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingWaitConfig {
@@ -60,8 +59,8 @@ pub struct RingWaitConfig {
 }
 
 /// How much earlier than the deadline the default configuration wakes:
-/// less than this machine's median wake-up latency without timer slack
-/// (35–50 µs in `cargo xtask bench wait`), so the spin after it is usually
+/// less than the median wake-up latency without timer slack that
+/// `cargo xtask bench wait` reports, so the spin after it is usually
 /// nothing and at most this long.
 pub const DEFAULT_ADVANCE: Duration = Duration::from_micros(20);
 
@@ -75,8 +74,8 @@ impl RingWaitConfig {
         advance: DEFAULT_ADVANCE,
     };
 
-    /// The `IORING_OP_TIMEOUT` SQE on a plain ring, no advance (the first
-    /// design, kept for comparison).
+    /// The `IORING_OP_TIMEOUT` SQE on a plain ring, no advance (what the
+    /// default is measured against in `cargo xtask bench wait`).
     pub const TIMEOUT_SQE: Self = Self {
         enter_timeout: false,
         coop_taskrun: false,

@@ -12,8 +12,7 @@
 //! another worker keeps polling its request's ring.
 //!
 //! Completions reach the task's `Waker` in one of two ways
-//! ([`Reaper`]), both measured in `cargo xtask bench uring` (see
-//! ARCHITECTURE.md for the numbers):
+//! ([`Reaper`]), both measured side by side by `cargo xtask bench uring`:
 //!
 //! * [`Reaper::Reactor`] (the default): an eventfd registered with the ring
 //!   and watched by tokio's reactor through `AsyncFd`, as in
@@ -39,8 +38,8 @@
 //! at the writeback depth. On the ring the same write costs an io-wq worker
 //! two sleeps and wake-ups per piece and the task a wake-up more (ext4 has
 //! no async buffered write, so io_uring runs the copy on io-wq anyway, and
-//! `IORING_OP_SYNC_FILE_RANGE` always runs there): measured in ARCHITECTURE
-//! ("CPU per GiB, a sixth time"). The price is a pool thread held for the
+//! `IORING_OP_SYNC_FILE_RANGE` always runs there; `cargo xtask bench write`
+//! measures both ways). The price is a pool thread held for the
 //! write's whole life, its turns included, and a handoff per request. So
 //! at most `at_once` paced writes of an engine run on the pool (tokio's
 //! pool has 512 threads by default, shared with the application's own

@@ -287,15 +287,15 @@ impl ThreadIo<'_> {
             // What the piece is charged (a write moves all of it or fails).
             let n = (end - done) as u64;
             let (pc, disk) = if in_memory { (n, 0) } else { (0, n) };
-            // A paced piece goes as the ring's does (`Core::issue_paced`):
+            // A paced piece goes as the ring's does (`RingCore::issue_paced`):
             // charged, and waiting for its turn in the bucket, before its
             // `pwrite` (its size is known), holding no room; then it takes
             // its room under the caps; then it passes the catch-up pacer,
             // so that pieces whose turns passed while the device held the
             // writers back go out spaced, not at once. Charged after its
-            // `pwrite` (as a read is) and paced before its room, eight
-            // writers put 1.41-1.48x the limit into a 100 ms window after
-            // a stall of the device (measured).
+            // `pwrite` (as a read is), or paced before its room, eight
+            // writers put up to half as much again as the limit into a
+            // 100 ms window after a stall of the device.
             if paced {
                 self.charge(throttle, max_block, pc, disk)
                     .map_err(|e| self.wrote_before(done, e))?;

@@ -100,10 +100,11 @@ impl RingCore {
     /// booked and unwritten.
     ///
     /// Room is taken here and not when the piece is booked: a piece waiting
-    /// for its turn in the bucket is not under writeback, and eight writers
-    /// sharing one bucket each have a piece booked ahead; counted from their
-    /// booking they filled a 16 ms cap on a quiet disk and made every piece
-    /// wait for the doorbell (4,100 cap waits per GiB, measured).
+    /// for its turn in the bucket is not under writeback. Writers sharing
+    /// one bucket each have a piece booked ahead; counted from their
+    /// booking, eight of them fill a 16 ms cap on a quiet disk with pieces
+    /// that are not on their way to it, and every piece waits for the
+    /// doorbell.
     pub(super) fn issue_paced(&mut self, id: SlotId, io: IoSqe) -> Result<(), UringError> {
         let bytes = u64::from(io.len);
         if self.req(id).cap.is_capped() {

@@ -206,10 +206,10 @@ impl RingCore {
     /// share of charged reads another connection served first.
     ///
     /// Only a request that issued no `RWF_NOWAIT` read before its wait
-    /// re-probes (see [`Req::reprobe`](super::Req::reprobe)): on this kernel (6.18) a
-    /// `RWF_NOWAIT` read that misses *starts reading the range in* before
-    /// it answers `-EAGAIN` (16 pages of a 64 KiB miss are resident right
-    /// after it, `fincore` shows), so after a probe that missed, the
+    /// re-probes (see [`Req::reprobe`](super::Req::reprobe)): a
+    /// `RWF_NOWAIT` read that misses may *start reading the range in*
+    /// before it answers `-EAGAIN` (Linux 6.18 does: part of a 64 KiB miss
+    /// is resident right after it), so after a probe that missed, the
     /// request's own disk read may be done by the end of its wait, and a
     /// re-probe would refund the disk read it caused.
     pub(super) fn on_reprobe(&mut self, id: SlotId, io: IoSqe, res: i32) -> Result<(), UringError> {

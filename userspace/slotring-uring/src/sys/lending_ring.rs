@@ -180,8 +180,8 @@ impl<T> LendingRing<T> {
 
     /// Submit one `IORING_OP_NOP` ([`WARM_UP_USER_DATA`]) and wait for its
     /// CQE, through the seam. A thread's first io_uring submission sets up
-    /// its io_uring task context (measured at 0.26-0.52 ms under memory
-    /// pressure); done here, the first real request does not pay it. Best
+    /// its io_uring task context (a few hundred µs under memory pressure);
+    /// done here, the first real request does not pay it. Best
     /// effort: if the enter fails, the NOP rides the next enter and its CQE
     /// is dropped by [`LendingRing::reap`]'s callers like any unknown slot's (no
     /// slot has its index), and the failure, if it lasts, is reported with

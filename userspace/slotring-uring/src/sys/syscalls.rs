@@ -11,8 +11,8 @@ use io_uring::{IoUring, types};
 /// writeback of the piece and wait for the device to complete it (not a
 /// flush of the device cache nor of metadata: no durability), so the piece
 /// reaches the disk inside its booked time instead of in the block layer's
-/// clumps. `SYNC_FILE_RANGE_WRITE` alone measured a 2.19x peak 100 ms window
-/// (1 writer, 32 MiB/s, quiet machine, `cargo xtask bench write`).
+/// clumps: with `SYNC_FILE_RANGE_WRITE` alone, a 100 ms window of the disk
+/// holds up to twice the limit (`cargo xtask bench write`).
 pub(crate) const WRITEBACK_FLAGS: libc::c_uint = libc::SYNC_FILE_RANGE_WAIT_BEFORE
     | libc::SYNC_FILE_RANGE_WRITE
     | libc::SYNC_FILE_RANGE_WAIT_AFTER;
