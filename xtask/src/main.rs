@@ -8,7 +8,9 @@
 //!   generated files.
 //! * `deps` — only that first step of `ci`.
 //! * `bench <suite>` — run one benchmark suite (ours and baselines side by
-//!   side); it prints a table and writes `target/bench/<suite>.json`.
+//!   side; its bench targets in the order `suites.rs` lists them, after
+//!   building the binaries they run); it prints a table and writes
+//!   `target/bench/<suite>.json`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -141,19 +143,39 @@ fn ci(root: &Path, no_loom: bool) -> Result<()> {
 }
 
 fn bench(root: &Path, suite: &str) -> Result<()> {
-    let Some((pkg, bench)) = suites::BENCHES
-        .iter()
-        .find(|(s, _)| *s == suite)
-        .map(|(_, pb)| *pb)
-    else {
-        let names: Vec<_> = suites::BENCHES.iter().map(|(s, _)| *s).collect();
+    let Some(s) = suites::bench_suite(suite) else {
+        let names: Vec<_> = suites::BENCHES.iter().map(|s| s.name).collect();
         bail!("unknown bench suite `{suite}`; known: {}", names.join(", "));
     };
     let dir = root.join("target/bench");
-    run(
-        root,
-        "cargo",
-        &["bench", "-p", pkg, "--bench", bench],
-        &[("SLOTRING_BENCH_DIR", dir.to_str().context("utf-8 path")?)],
-    )
+    let mut envs = vec![(
+        "SLOTRING_BENCH_DIR".to_owned(),
+        dir.to_str().context("utf-8 path")?.to_owned(),
+    )];
+    // The bench profile's binaries go where its benches are built.
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    for (pkg, bin, var) in s.bins {
+        run(
+            root,
+            "cargo",
+            &["build", "--profile", "bench", "-p", pkg, "--bin", bin],
+            &[],
+        )?;
+        let path = target.join("release").join(bin);
+        envs.push((
+            (*var).to_owned(),
+            path.to_str().context("utf-8 path")?.to_owned(),
+        ));
+    }
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    for (pkg, bench) in s.targets {
+        run(
+            root,
+            "cargo",
+            &["bench", "-p", pkg, "--bench", bench],
+            &envs,
+        )?;
+    }
+    Ok(())
 }

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::resource::{UsageWho, getrusage};
-use slotring_benchkit::{Report, median, percentile};
+use slotring_benchkit::{Report, disk_dir, median, percentile};
 use slotring_throttle::{MAX_RATE, ThrottlePtr, Throttler, UNLIMITED_BLOCK};
 use slotring_uring::{LocalEngine, Reaper, RingConfig, SharedConfig, SharedEngine, UringFile};
 
@@ -30,18 +30,6 @@ const WORKERS: usize = 2;
 const TASKS: usize = 64;
 const READS_PER_TASK: usize = 400;
 const ROUNDS: usize = 5;
-
-fn disk_dir() -> PathBuf {
-    for cand in [PathBuf::from("/var/tmp"), std::env::temp_dir()] {
-        if let Ok(st) = nix::sys::statfs::statfs(&cand) {
-            let magic = st.filesystem_type().0;
-            if magic != 0x0102_1994 && magic != 0x8584_58f6 {
-                return cand;
-            }
-        }
-    }
-    std::env::current_dir().expect("cwd")
-}
 
 fn make_file(path: &Path) -> Arc<UringFile> {
     let mut f = OpenOptions::new()

@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::resource::{UsageWho, getrusage};
-use slotring_benchkit::{Report, median};
+use slotring_benchkit::{Report, disk_dir, median};
 use slotring_throttle::{ThrottlePtr, Throttler, UNLIMITED_BLOCK};
 use slotring_uring::{
     IoEngine, PacedWrites, Policy, PreadEngine, RealSyscalls, RingConfig, SharedConfig,
@@ -1031,18 +1031,6 @@ fn debug_windows(what: &str, windows: &[Window]) {
     );
 }
 
-fn host_dir() -> PathBuf {
-    for cand in [PathBuf::from("/var/tmp"), std::env::temp_dir()] {
-        if let Ok(st) = nix::sys::statfs::statfs(&cand) {
-            let magic = st.filesystem_type().0;
-            if magic != 0x0102_1994 && magic != 0x8584_58f6 {
-                return cand;
-            }
-        }
-    }
-    std::env::current_dir().expect("cwd")
-}
-
 /// A fresh filesystem to measure on: a new loop-device image as root (none
 /// of an earlier run's freed blocks, journal or writeback left behind), else
 /// the host directory (always with `on_loop` false). Returns the disk (kept
@@ -1117,7 +1105,7 @@ fn stall_on(disk: Option<&LoopDisk>, stall: Option<Stall>) -> Option<Stall> {
 
 fn main() {
     let mut report = Report::new("write");
-    let host = host_dir();
+    let host = disk_dir();
     let host_stat = stat_of(&host);
     let (loop_disk, _dir, dev_stat) = fresh_disk(&host, true);
     eprintln!(

@@ -1,8 +1,8 @@
-//! `cargo xtask bench service`: the object server example
-//! (`examples/object_server.rs`) in its three variants — `slotring`
+//! `cargo xtask bench service`: slotring-uring's object server example
+//! (`slotring-uring/examples/object_server.rs`) in its three variants — `slotring`
 //! (`SharedEngine`, one disk throttler, page-cache hits free), `tokio-fs`
 //! (unthrottled) and `tokio-fs-governor` (a `governor` limiter per read) —
-//! driven by `wrk` (a Debian package; `examples/wrk/latency.lua` picks
+//! driven by `wrk` (a Debian package; `service/latency.lua` beside this file picks
 //! random 64 KiB ranges and prints latency percentiles), on a hot set
 //! (in the page cache) and a cold set (evicted before each run, limited to
 //! 64 MiB/s), at 1, 64 and 1,024 connections. Each run starts a fresh server
@@ -14,7 +14,7 @@
     dead_code,
     reason = "the bench uses the example's main and Config, not all of it"
 )]
-#[path = "../examples/object_server.rs"]
+#[path = "../../slotring-uring/examples/object_server.rs"]
 mod object_server;
 
 use std::collections::HashMap;
@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use slotring_benchkit::{Report, median};
+use slotring_benchkit::{Report, disk_dir, median};
 
 const SERVER_ENV: &str = "SLOTRING_BENCH_OBJECT_SERVER";
 const SIZE: u64 = 1 << 20;
@@ -53,18 +53,6 @@ const VARIANTS: [(&str, &str); 3] = [
     ("tokiofs", "tokio-fs"),
     ("governor", "tokio-fs-governor"),
 ];
-
-fn disk_dir() -> PathBuf {
-    for cand in [PathBuf::from("/var/tmp"), std::env::temp_dir()] {
-        if let Ok(st) = nix::sys::statfs::statfs(&cand) {
-            let magic = st.filesystem_type().0;
-            if magic != 0x0102_1994 && magic != 0x8584_58f6 {
-                return cand;
-            }
-        }
-    }
-    std::env::current_dir().expect("cwd")
-}
 
 fn make_set(dir: &Path, objects: u64) {
     std::fs::create_dir_all(dir).unwrap();
@@ -226,7 +214,7 @@ fn run(dir: &Path, objects: u64, variant: &str, rate: u64, conns: u32, secs: u64
             out
         })
     };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/wrk/latency.lua");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/service/latency.lua");
     let out = Command::new("wrk")
         // wrk wants at least one connection per thread.
         .arg(format!("-t{}", conns.min(2)))

@@ -741,7 +741,7 @@ fn slotring_run(adaptive: bool) -> Value {
         "/sys/fs/bpf/slotring-bench-adaptive-{}-{adaptive}",
         std::process::id()
     );
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotring"));
+    let mut cmd = Command::new(slotring_bin());
     cmd.args(["run", "--duration", "15s", "--json", "--no-progress"])
         .args(["--listen", "", "--pin-dir", &pins])
         .arg(if adaptive {
@@ -757,6 +757,30 @@ fn slotring_run(adaptive: bool) -> Value {
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).expect("JSON report")
+}
+
+/// The `slotring` command, which `cargo xtask bench adaptive` builds with
+/// the bench profile first: `$SLOTRING_BIN`, else `slotring` in the
+/// profile's directory of the target this bench runs from
+/// (`target/release/deps/adaptive-*` → `target/release/slotring`).
+fn slotring_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SLOTRING_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("slotring"));
+    match bin {
+        Some(bin) if bin.exists() => bin,
+        _ => panic!(
+            "no slotring binary beside {}: build it with \
+             `cargo build --profile bench -p slotring-cli --bin slotring` \
+             (cargo xtask bench adaptive does) or set SLOTRING_BIN",
+            exe.display()
+        ),
+    }
 }
 
 fn f(v: &Value) -> f64 {
