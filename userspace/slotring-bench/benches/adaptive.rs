@@ -742,6 +742,8 @@ fn slotring_run(adaptive: bool) -> Value {
         std::process::id()
     );
     let mut cmd = Command::new(slotring_bin());
+    // The command refuses SLOTRING_* variables that are not its settings.
+    cmd.env_remove("SLOTRING_BIN");
     cmd.args(["run", "--duration", "15s", "--json", "--no-progress"])
         .args(["--listen", "", "--pin-dir", &pins])
         .arg(if adaptive {
