@@ -28,7 +28,7 @@ use crate::counters::UringCounters;
 use crate::engine::RingConfig;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
-use crate::policy::Op;
+use crate::policy::{Op, Policy};
 use crate::ring_core::{PreIoWait, RingCore, Submit};
 use crate::route::{self, Offer, Route};
 use crate::sys::{RealSyscalls, SlotId, Syscalls, async_eventfd};
@@ -129,7 +129,7 @@ impl LocalEngine {
             ..Offer::RING
         };
         let s = match (
-            self.route(offer, Op::Read, file, throttle, buf.len()),
+            route::route(self.policy(), offer, Op::Read, file, throttle, buf.len()),
             &self.tenant,
             throttle,
         ) {
@@ -168,9 +168,15 @@ impl LocalEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let plan = self
-            .route(Offer::RING, Op::Write, file, throttle, buf.len())
-            .plan();
+        let plan = route::route(
+            self.policy(),
+            Offer::RING,
+            Op::Write,
+            file,
+            throttle,
+            buf.len(),
+        )
+        .plan();
         let s = Submit::new(
             plan,
             Op::Write,
@@ -183,18 +189,9 @@ impl LocalEngine {
         self.run(s, buf).await
     }
 
-    /// The route of a request: the ring, after its fair turn for a
-    /// tenant's read.
-    fn route(
-        &self,
-        offer: Offer,
-        op: Op,
-        file: &UringFile,
-        throttle: Option<&ThrottlePtr>,
-        len: usize,
-    ) -> Route {
-        let policy = self.inner.core.borrow().policy();
-        route::route(policy, offer, op, file, throttle, len)
+    /// The policy of its ring (what its requests are routed by).
+    fn policy(&self) -> Policy {
+        self.inner.core.borrow().policy()
     }
 
     async fn run(&self, s: Submit, buf: Vec<u8>) -> BufResult<usize, Vec<u8>> {

@@ -14,7 +14,7 @@ use crate::engine::IoEngine;
 use crate::error::BufResult;
 use crate::file::UringFile;
 use crate::policy::{Op, Policy};
-use crate::route::{self, Offer, Plan, Route};
+use crate::route::{self, Offer};
 use crate::sys::{RealSyscalls, Syscalls};
 use crate::thread_io::ThreadIo;
 
@@ -54,14 +54,6 @@ impl PreadEngine {
         }
     }
 
-    /// The plan of a request, whose route is always [`Route::Pread`] (no
-    /// ring).
-    fn plan(&self, op: Op, file: &UringFile, throttle: Option<&ThrottlePtr>, len: usize) -> Plan {
-        let route = route::route(self.policy, Offer::PREAD, op, file, throttle, len);
-        debug_assert!(matches!(route, Route::Pread(_)), "{route:?}");
-        route.plan()
-    }
-
     fn io(&mut self) -> ThreadIo<'_> {
         ThreadIo {
             sys: self.sys.as_mut(),
@@ -81,7 +73,16 @@ impl IoEngine for PreadEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let plan = self.plan(Op::Read, file, throttle, buf.len());
+        // Without a ring every route is `Route::Pread`.
+        let plan = route::route(
+            self.policy,
+            Offer::PREAD,
+            Op::Read,
+            file,
+            throttle,
+            buf.len(),
+        )
+        .plan();
         let r = self
             .io()
             .read(plan, file, &mut buf, offset, throttle, max_block);
@@ -96,7 +97,15 @@ impl IoEngine for PreadEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let plan = self.plan(Op::Write, file, throttle, buf.len());
+        let plan = route::route(
+            self.policy,
+            Offer::PREAD,
+            Op::Write,
+            file,
+            throttle,
+            buf.len(),
+        )
+        .plan();
         let r = self
             .io()
             .write(plan, file, &buf, offset, throttle, max_block);

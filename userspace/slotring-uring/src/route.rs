@@ -212,3 +212,129 @@ pub(crate) fn route(
         Route::Ring(plan)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use slotring_throttle::Throttler;
+
+    use super::*;
+
+    /// A block-device limit: its chain skips page-cache reads.
+    fn disk() -> ThrottlePtr {
+        let t = Throttler::builder(1 << 20).limits_block_device_bandwidth(true);
+        Arc::new(t.build().unwrap())
+    }
+
+    /// A file on a disk filesystem (`/var/tmp`), where a throttled write is
+    /// paced.
+    fn disk_file() -> (Arc<UringFile>, tempfile::TempDir) {
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+        let f = std::fs::File::create(dir.path().join("f")).unwrap();
+        let f = UringFile::new(f).unwrap();
+        assert!(!f.in_memory(), "/var/tmp is on a disk filesystem");
+        (f, dir)
+    }
+
+    const PACED: Plan = Plan {
+        charge: Charge::Device,
+        writeback: Writeback::Paced,
+    };
+    const PROBED: Plan = Plan {
+        charge: Charge::Probe,
+        writeback: Writeback::Kernel,
+    };
+    const UNTHROTTLED: Plan = Plan {
+        charge: Charge::Device,
+        writeback: Writeback::Kernel,
+    };
+
+    #[test]
+    fn without_a_ring_every_request_is_the_threads_and_charged_as_the_policy_says() {
+        let (f, _dir) = disk_file();
+        let (p, t) = (Policy::default(), disk());
+        let r = |op, throttle| route(p, Offer::PREAD, op, &f, throttle, 1 << 20);
+        assert_eq!(r(Op::Write, Some(&t)), Route::Pread(PACED));
+        assert_eq!(r(Op::Read, Some(&t)), Route::Pread(PROBED));
+        assert_eq!(r(Op::Read, None), Route::Pread(UNTHROTTLED));
+        // Not even a thread's offer or a tenant takes an engine without a
+        // ring anywhere else.
+        let all = Offer {
+            ring: false,
+            paced_thread: true,
+            tenant: true,
+        };
+        assert_eq!(
+            route(p, all, Op::Write, &f, Some(&t), 1 << 20),
+            Route::Pread(PACED)
+        );
+    }
+
+    #[test]
+    fn a_paced_write_goes_to_a_thread_only_when_offered_and_the_ring_takes_its_length() {
+        let (f, _dir) = disk_file();
+        let (p, t) = (Policy::default(), disk());
+        let thread = Offer {
+            paced_thread: true,
+            ..Offer::RING
+        };
+        let r = |offer, op, throttle, len| route(p, offer, op, &f, throttle, len);
+        assert_eq!(
+            r(thread, Op::Write, Some(&t), 1 << 20),
+            Route::PacedThread(PACED)
+        );
+        assert_eq!(
+            r(thread, Op::Write, Some(&t), MAX_IO),
+            Route::PacedThread(PACED)
+        );
+        // Longer than the ring takes: the ring's route, which refuses it.
+        assert_eq!(
+            r(thread, Op::Write, Some(&t), MAX_IO + 1),
+            Route::Ring(PACED)
+        );
+        // Not offered a thread (the ticket API, a busy ring).
+        assert_eq!(
+            r(Offer::RING, Op::Write, Some(&t), 1 << 20),
+            Route::Ring(PACED)
+        );
+        // Not paced: unthrottled, a read, or pacing off.
+        assert_eq!(
+            r(thread, Op::Write, None, 1 << 20),
+            Route::Ring(UNTHROTTLED)
+        );
+        assert_eq!(r(thread, Op::Read, Some(&t), 1 << 20), Route::Ring(PROBED));
+        let off = Policy {
+            pace_writeback: false,
+            ..p
+        };
+        assert_eq!(
+            route(off, thread, Op::Write, &f, Some(&t), 1 << 20),
+            Route::Ring(UNTHROTTLED)
+        );
+    }
+
+    #[test]
+    fn only_a_tenants_throttled_read_takes_its_fair_turn_first() {
+        let (f, _dir) = disk_file();
+        let (p, t) = (Policy::default(), disk());
+        let tenant = Offer {
+            tenant: true,
+            ..Offer::RING
+        };
+        let r = |offer, op, throttle| route(p, offer, op, &f, throttle, 1 << 20);
+        assert_eq!(r(tenant, Op::Read, Some(&t)), Route::TenantRing(PROBED));
+        assert_eq!(r(tenant, Op::Read, None), Route::Ring(UNTHROTTLED));
+        assert_eq!(r(tenant, Op::Write, Some(&t)), Route::Ring(PACED));
+        assert_eq!(r(Offer::RING, Op::Read, Some(&t)), Route::Ring(PROBED));
+    }
+
+    /// A tenant's read, booked in its turn, reaches the ring as an
+    /// unthrottled request would.
+    #[cfg(feature = "tokio")]
+    #[test]
+    fn a_booked_request_is_planned_as_an_unthrottled_one() {
+        assert_eq!(Plan::BOOKED, UNTHROTTLED);
+        assert!(!Plan::BOOKED.paced() && PACED.paced());
+    }
+}

@@ -75,7 +75,7 @@ use crate::policy::Op;
 #[cfg(doc)]
 use crate::pread_engine::PreadEngine;
 use crate::ring_core::{PreIoWait, Release, RingCore, Submit};
-use crate::route::{self, Offer, Plan, Route};
+use crate::route::{self, Offer, Route};
 use crate::sys::{RealSyscalls, SlotId, Syscalls};
 
 /// Names a submitted request of a [`UringEngine`].
@@ -158,17 +158,7 @@ impl UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> Ticket {
-        let plan = self.plan(Offer::RING, Op::Read, file, throttle, buf.len());
-        let s = Submit::new(
-            plan,
-            Op::Read,
-            file,
-            offset,
-            throttle,
-            max_block,
-            PreIoWait::Linked,
-        );
-        Ticket(self.core.submit(s, buf))
+        self.ticket(Op::Read, file, buf, offset, throttle, max_block)
     }
 
     /// Start a write of `buf` at `offset`.
@@ -180,10 +170,31 @@ impl UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> Ticket {
-        let plan = self.plan(Offer::RING, Op::Write, file, throttle, buf.len());
+        self.ticket(Op::Write, file, buf, offset, throttle, max_block)
+    }
+
+    /// A request of the ticket API: always the ring ([`Route::Ring`]), its
+    /// waits linked to its IO.
+    fn ticket(
+        &mut self,
+        op: Op,
+        file: &Arc<UringFile>,
+        buf: Vec<u8>,
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+    ) -> Ticket {
+        let route = route::route(
+            self.core.policy(),
+            Offer::RING,
+            op,
+            file,
+            throttle,
+            buf.len(),
+        );
         let s = Submit::new(
-            plan,
-            Op::Write,
+            route.plan(),
+            op,
             file,
             offset,
             throttle,
@@ -341,20 +352,6 @@ impl UringEngine {
         }
     }
 
-    /// The plan of a request through `offer`: the ticket API and reads
-    /// always take the ring ([`Route::Ring`]); only `write_at` offers its
-    /// thread ([`Route::PacedThread`]).
-    fn plan(
-        &self,
-        offer: Offer,
-        op: Op,
-        file: &UringFile,
-        throttle: Option<&ThrottlePtr>,
-        len: usize,
-    ) -> Plan {
-        route::route(self.core.policy(), offer, op, file, throttle, len).plan()
-    }
-
     /// Park the calling thread's CPU lease for a throttle wait of the only
     /// request the engine holds. `None` if nothing was parked (no hook, no
     /// current lease, or other requests held, whose linked IO the kernel
@@ -377,7 +374,17 @@ impl IoEngine for UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        let plan = self.plan(Offer::RING, Op::Read, file, throttle, buf.len());
+        // A read always takes the ring (`Route::Ring`); only a write
+        // is offered this thread.
+        let route = route::route(
+            self.core.policy(),
+            Offer::RING,
+            Op::Read,
+            file,
+            throttle,
+            buf.len(),
+        );
+        let plan = route.plan();
         let s = Submit::new(
             plan,
             Op::Read,
