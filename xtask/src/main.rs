@@ -2,11 +2,15 @@
 //!
 //! * `ci` — everything CI runs: first the Debian packages the checks need
 //!   (installed as root, else the install line; see `deps.rs`), then fmt
-//!   check, clippy with `-D warnings`, the test suite, the loom models, and
-//!   staleness checks of committed generated files.
+//!   check, clippy with `-D warnings`, the test suite, the crates that have
+//!   optional front ends once more without them (`suites::NO_DEFAULT_FEATURES`:
+//!   clippy and tests), the loom models, and staleness checks of committed
+//!   generated files.
 //! * `deps` — only that first step of `ci`.
 //! * `bench <suite>` — run one benchmark suite (ours and baselines side by
-//!   side); it prints a table and writes `target/bench/<suite>.json`.
+//!   side; its bench targets in the order `suites.rs` lists them, after
+//!   building the binaries they run); it prints a table and writes
+//!   `target/bench/<suite>.json`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -107,6 +111,18 @@ fn ci(root: &Path, no_loom: bool) -> Result<()> {
         &["test", "--workspace", "--no-fail-fast"],
         &[],
     )?;
+    for pkg in suites::NO_DEFAULT_FEATURES {
+        let pkg_args = ["-p", pkg, "--no-default-features"];
+        let clippy = [
+            &["clippy"][..],
+            &pkg_args,
+            &["--all-targets", "--", "-D", "warnings"],
+        ]
+        .concat();
+        run(root, "cargo", &clippy, &[])?;
+        let test = [&["test"][..], &pkg_args, &["--no-fail-fast"]].concat();
+        run(root, "cargo", &test, &[])?;
+    }
     if !no_loom {
         for (pkg, test) in suites::LOOM_MODELS {
             let target = root.join("target/loom");
@@ -127,19 +143,39 @@ fn ci(root: &Path, no_loom: bool) -> Result<()> {
 }
 
 fn bench(root: &Path, suite: &str) -> Result<()> {
-    let Some((pkg, bench)) = suites::BENCHES
-        .iter()
-        .find(|(s, _)| *s == suite)
-        .map(|(_, pb)| *pb)
-    else {
-        let names: Vec<_> = suites::BENCHES.iter().map(|(s, _)| *s).collect();
+    let Some(s) = suites::bench_suite(suite) else {
+        let names: Vec<_> = suites::BENCHES.iter().map(|s| s.name).collect();
         bail!("unknown bench suite `{suite}`; known: {}", names.join(", "));
     };
     let dir = root.join("target/bench");
-    run(
-        root,
-        "cargo",
-        &["bench", "-p", pkg, "--bench", bench],
-        &[("SLOTRING_BENCH_DIR", dir.to_str().context("utf-8 path")?)],
-    )
+    let mut envs = vec![(
+        "SLOTRING_BENCH_DIR".to_owned(),
+        dir.to_str().context("utf-8 path")?.to_owned(),
+    )];
+    // The bench profile's binaries go where its benches are built.
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), PathBuf::from);
+    for (pkg, bin, var) in s.bins {
+        run(
+            root,
+            "cargo",
+            &["build", "--profile", "bench", "-p", pkg, "--bin", bin],
+            &[],
+        )?;
+        let path = target.join("release").join(bin);
+        envs.push((
+            (*var).to_owned(),
+            path.to_str().context("utf-8 path")?.to_owned(),
+        ));
+    }
+    let envs: Vec<(&str, &str)> = envs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    for (pkg, bench) in s.targets {
+        run(
+            root,
+            "cargo",
+            &["bench", "-p", pkg, "--bench", bench],
+            &envs,
+        )?;
+    }
+    Ok(())
 }

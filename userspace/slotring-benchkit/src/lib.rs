@@ -5,12 +5,22 @@
 //! `target/bench/<suite>.json`, a flat JSON object of named numbers. The
 //! machine is shared and noisy: suites report medians of repeated runs and
 //! ratios; nothing here asserts a wall time.
+//!
+//! A suite measured by more than one bench target (its io_uring part lives
+//! in the system-level bench crate, slotring-bench) writes one JSON: the
+//! first target with [`Report::new`], the others with
+//! [`Report::adding_to`].
 
 pub mod rocksdb_limiter;
 
 use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::Instant;
+
+use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
 
 /// Median of `xs` (sorted in place); 0 for an empty slice.
 pub fn median(xs: &mut [f64]) -> f64 {
@@ -70,6 +80,108 @@ pub fn ns_per_iter_threads(
     median(&mut samples)
 }
 
+/// Overshoot in µs of each of `n` waits of `deficit_ns` from their start:
+/// `now_ns` reads the clock the waits are on, `wait_until` waits until its
+/// absolute deadline on it.
+pub fn overshoots_us(
+    n: usize,
+    deficit_ns: u64,
+    now_ns: impl Fn() -> u64,
+    mut wait_until: impl FnMut(u64),
+) -> Vec<f64> {
+    (0..n)
+        .map(|_| {
+            let deadline = now_ns() + deficit_ns;
+            wait_until(deadline);
+            now_ns().saturating_sub(deadline) as f64 / 1_000.0
+        })
+        .collect()
+}
+
+/// The first of `/var/tmp` and the temporary directory that is on a disk
+/// filesystem (not tmpfs or ramfs), else the current directory: where a
+/// suite puts the files it reads from or writes to the disk.
+pub fn disk_dir() -> PathBuf {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    for cand in [PathBuf::from("/var/tmp"), std::env::temp_dir()] {
+        if let Ok(st) = nix::sys::statfs::statfs(&cand) {
+            let magic = st.filesystem_type().0;
+            if magic != TMPFS_MAGIC && magic != RAMFS_MAGIC {
+                return cand;
+            }
+        }
+    }
+    std::env::current_dir().expect("cwd")
+}
+
+/// A file of pseudo-random bytes on a disk filesystem, evicted from the
+/// page cache on demand and removed however the run ends: the cold data
+/// of a suite that reads from the disk.
+#[derive(Debug)]
+pub struct DataFile {
+    /// Where it is.
+    pub path: PathBuf,
+    /// Open for reading.
+    pub file: File,
+}
+
+impl DataFile {
+    /// `size` bytes (whole MiB) at `path`, written, synced to the disk,
+    /// reopened for reading and evicted.
+    ///
+    /// # Panics
+    ///
+    /// If the file cannot be written (a bench has no way on without it).
+    pub fn create(path: PathBuf, size: u64) -> Self {
+        const MIB: u64 = 1 << 20;
+        let mut f = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("create the data file {}: {e}", path.display()));
+        let mut block = vec![0u8; MIB as usize];
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..size / MIB {
+            for b in block.chunks_mut(8) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b.copy_from_slice(&x.to_le_bytes());
+            }
+            f.write_all(&block).expect("write the data file");
+        }
+        f.sync_all().expect("fsync the data file");
+        let file = File::open(&path).expect("reopen the data file");
+        let d = Self { path, file };
+        d.evict();
+        d
+    }
+
+    /// Drop its pages from the page cache (`posix_fadvise(DONTNEED)`).
+    ///
+    /// # Panics
+    ///
+    /// If the kernel refuses the advice.
+    pub fn evict(&self) {
+        posix_fadvise(
+            self.file.as_fd(),
+            0,
+            0,
+            PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .expect("posix_fadvise(DONTNEED)");
+    }
+}
+
+impl Drop for DataFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// Collects named numbers, prints them and writes the JSON.
 #[derive(Debug)]
 pub struct Report {
@@ -77,16 +189,31 @@ pub struct Report {
     values: BTreeMap<String, f64>,
     notes: BTreeMap<String, String>,
     order: Vec<String>,
+    /// Add to the suite's JSON instead of replacing it.
+    adding: bool,
 }
 
 impl Report {
-    /// A report for `suite` (the JSON file is `target/bench/<suite>.json`).
+    /// A report for `suite` (the JSON file is `target/bench/<suite>.json`,
+    /// written anew).
     pub fn new(suite: &str) -> Self {
         Self {
             suite: suite.to_owned(),
             values: BTreeMap::new(),
             notes: BTreeMap::new(),
             order: vec![],
+            adding: false,
+        }
+    }
+
+    /// A report that adds its keys to `suite`'s JSON as an earlier target
+    /// of the same `cargo xtask bench` run left it: a key of this report
+    /// replaces the file's, every other key of the file stays (no file: only
+    /// this report's keys).
+    pub fn adding_to(suite: &str) -> Self {
+        Self {
+            adding: true,
+            ..Self::new(suite)
         }
     }
 
@@ -125,8 +252,18 @@ impl Report {
     }
 
     /// Print the table and write `<dir>/<suite>.json`; returns the path written.
+    ///
+    /// # Errors
+    ///
+    /// If the directory or the file cannot be written, or (adding) the
+    /// file there is not a JSON object.
     pub fn finish_in(self, dir: &std::path::Path) -> std::io::Result<PathBuf> {
-        println!("\n{} benchmark ({} values)", self.suite, self.values.len());
+        let added = if self.adding { " added" } else { "" };
+        println!(
+            "\n{} benchmark ({} values{added})",
+            self.suite,
+            self.values.len()
+        );
         println!("{:-<90}", "");
         for k in &self.order {
             println!("{:<34} {:>14.3}  {}", k, self.values[k], self.notes[k]);
@@ -134,15 +271,23 @@ impl Report {
         println!("{:-<90}", "");
         let path = dir.join(format!("{}.json", self.suite));
         std::fs::create_dir_all(dir)?;
-        let obj: serde_json::Map<String, serde_json::Value> = self
-            .values
-            .iter()
-            .map(|(k, v)| {
-                let n =
-                    serde_json::Number::from_f64(*v).unwrap_or_else(|| serde_json::Number::from(0));
-                (k.clone(), serde_json::Value::Number(n))
-            })
-            .collect();
+        let mut obj: serde_json::Map<String, serde_json::Value> = match self.adding {
+            true => match std::fs::read_to_string(&path) {
+                Ok(text) => serde_json::from_str(&text).map_err(|e| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{} is not a JSON object: {e}", path.display()),
+                    )
+                })?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Map::new(),
+                Err(e) => return Err(e),
+            },
+            false => serde_json::Map::new(),
+        };
+        for (k, v) in &self.values {
+            let n = serde_json::Number::from_f64(*v).unwrap_or_else(|| serde_json::Number::from(0));
+            obj.insert(k.clone(), serde_json::Value::Number(n));
+        }
         std::fs::write(&path, serde_json::to_string_pretty(&obj)? + "\n")?;
         println!("wrote {}", path.display());
         Ok(path)
@@ -154,12 +299,58 @@ mod tests {
     use super::*;
 
     #[test]
+    fn overshoots_are_measured_from_each_deadline() {
+        let now = std::cell::Cell::new(1_000u64);
+        // Each wait ends 3 µs late.
+        let o = overshoots_us(2, 1_000_000, || now.get(), |d| now.set(d + 3_000));
+        assert_eq!(o, vec![3.0, 3.0]);
+        // A clock that is early at the deadline counts as no overshoot.
+        let o = overshoots_us(1, 1_000, || now.get(), |_| {});
+        assert_eq!(o, vec![0.0]);
+    }
+
+    #[test]
     fn percentiles() {
         let mut v = vec![5.0, 1.0, 3.0, 2.0, 4.0];
         assert_eq!(median(&mut v), 3.0);
         assert_eq!(percentile(&mut v, 100.0), 5.0);
         assert_eq!(percentile(&mut v, 1.0), 1.0);
         assert_eq!(median(&mut []), 0.0);
+    }
+
+    fn read_back(p: &std::path::Path) -> BTreeMap<String, f64> {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    }
+
+    /// `r` with `keys`, finished in `dir`.
+    fn finish(
+        mut r: Report,
+        keys: &[(&str, f64)],
+        dir: &std::path::Path,
+    ) -> std::io::Result<PathBuf> {
+        for &(k, v) in keys {
+            r.put(k, v, "test");
+        }
+        r.finish_in(dir)
+    }
+
+    #[test]
+    fn an_added_report_keeps_the_other_keys_and_replaces_its_own() {
+        let dir = std::env::temp_dir().join(format!("benchkit-add-{}", std::process::id()));
+        finish(Report::new("split"), &[("a", 1.0), ("b", 2.0)], &dir).unwrap();
+        let p = finish(Report::adding_to("split"), &[("b", 3.0), ("c", 4.0)], &dir).unwrap();
+        let want: BTreeMap<String, f64> =
+            [("a".into(), 1.0), ("b".into(), 3.0), ("c".into(), 4.0)].into();
+        assert_eq!(read_back(&p), want);
+        // A fresh report replaces the file: the added keys are gone.
+        finish(Report::new("split"), &[("a", 5.0)], &dir).unwrap();
+        assert_eq!(read_back(&p), [("a".into(), 5.0)].into());
+        // Adding to a file that is not a JSON object fails, and leaves it.
+        std::fs::write(&p, "not json").unwrap();
+        let e = finish(Report::adding_to("split"), &[("d", 6.0)], &dir).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "not json");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
@@ -171,8 +362,7 @@ mod tests {
         assert_eq!(r.get("b"), Some(2.0));
         let p = r.finish_in(&dir).unwrap();
         assert_eq!(p, dir.join("unit.json"));
-        let back: BTreeMap<String, f64> =
-            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let back = read_back(&p);
         assert_eq!(back.len(), 2);
         assert_eq!(back.get("a_ns"), Some(&1.5));
         std::fs::remove_dir_all(&dir).unwrap();

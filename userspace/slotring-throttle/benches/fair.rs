@@ -4,79 +4,25 @@
 //! `target/bench/fair.json`.
 //!
 //! Every stream is a thread that waits on the throttler, then `pread`s the
-//! bytes it was granted (the async variant: a `tokio::spawn` task reading
-//! through `SharedEngine` on the multi-thread runtime, counted at completion) from a file under `/var/tmp` whose page cache is
+//! bytes it was granted from a file under `/var/tmp` whose page cache is
 //! evicted (`posix_fadvise(DONTNEED)`) before and every 250 ms during each
-//! run. Bytes are counted at the instant the throttler lets them go.
+//! run. Bytes are counted at the instant the throttler lets them go. The
+//! async variant (`tokio::spawn` tasks reading through `SharedEngine`) is
+//! slotring-bench's `fair_uring`, which adds its key to `fair.json`.
 
-use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::num::NonZeroU32;
-use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
-use slotring_benchkit::{Report, median, percentile};
+use slotring_benchkit::{DataFile, Report, median, percentile};
 use slotring_throttle::{Tenant, Throttle, Throttler, UNLIMITED_BLOCK};
 
 const MIB: u64 = 1 << 20;
 const RATE: u64 = 64 * MIB;
 const FILE_SIZE: u64 = 512 * MIB;
-
-/// The data file, removed however the run ends.
-struct DataFile {
-    path: PathBuf,
-    file: File,
-}
-
-impl DataFile {
-    fn create() -> Self {
-        let path = PathBuf::from(format!("/var/tmp/slotring-fair-{}.dat", std::process::id()));
-        let mut f = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .expect("create the data file under /var/tmp");
-        let mut block = vec![0u8; MIB as usize];
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for _ in 0..FILE_SIZE / MIB {
-            for b in block.chunks_mut(8) {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                b.copy_from_slice(&x.to_le_bytes());
-            }
-            f.write_all(&block).expect("write the data file");
-        }
-        f.sync_all().expect("fsync the data file");
-        let file = File::open(&path).expect("reopen the data file");
-        let d = Self { path, file };
-        d.evict();
-        d
-    }
-
-    fn evict(&self) {
-        posix_fadvise(
-            self.file.as_fd(),
-            0,
-            0,
-            PosixFadviseAdvice::POSIX_FADV_DONTNEED,
-        )
-        .expect("posix_fadvise(DONTNEED)");
-    }
-}
-
-impl Drop for DataFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
 
 /// One group of streams: a tenant (or none: first-come), how many streams,
 /// the request size, and when the group starts.
@@ -215,81 +161,6 @@ fn two_tenants(
     (bytes, vec![percentile(&mut b_waits, 99.0)], rate)
 }
 
-/// 64 tasks as tenant A (or first-come) and one as B on a multi-thread
-/// runtime (2 workers), each reading 1 MiB at random offsets through one
-/// `SharedEngine` and the 64 MiB/s throttler; B's share of the bytes
-/// completed in the window from 2 s to 7 s.
-fn async_share_b(data: &DataFile, fair: bool) -> f64 {
-    use slotring_uring::{SharedConfig, SharedEngine, UringFile};
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let file =
-        UringFile::new(File::open(&data.path).expect("open the data file")).expect("UringFile");
-    rt.block_on(async {
-        let t: slotring_throttle::ThrottlePtr = throttler();
-        let engine = SharedEngine::new(&SharedConfig::default()).expect("io_uring");
-        let (a, b) = (Tenant::new("a", 1).unwrap(), Tenant::new("b", 1).unwrap());
-        let bytes = Arc::new([
-            std::sync::atomic::AtomicU64::new(0),
-            std::sync::atomic::AtomicU64::new(0),
-        ]);
-        let phase = Arc::new(std::sync::atomic::AtomicU8::new(0)); // 0 warm, 1 measure, 2 stop
-        let mut tasks = vec![];
-        for i in 0..=64u64 {
-            let who = usize::from(i == 64);
-            let e = if fair {
-                engine.with_tenant([&a, &b][who].clone())
-            } else {
-                engine.clone()
-            };
-            let (t, bytes, phase, file) = (t.clone(), bytes.clone(), phase.clone(), file.clone());
-            tasks.push(tokio::spawn(async move {
-                let req = MIB as usize;
-                let mut buf = vec![0u8; req];
-                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (i << 32);
-                while phase.load(Ordering::Relaxed) < 2 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    let off = (x % (FILE_SIZE / MIB)) * MIB;
-                    let (r, back) = e.read_at(&file, buf, off, Some(&t), UNLIMITED_BLOCK).await;
-                    buf = back;
-                    let n = r.expect("read");
-                    if phase.load(Ordering::Relaxed) == 1 {
-                        bytes[who].fetch_add(n as u64, Ordering::Relaxed);
-                    }
-                }
-            }));
-        }
-        // The evictor, as in the threaded runs.
-        let evictor = {
-            let (phase, f) = (phase.clone(), data.file.try_clone().expect("dup"));
-            tokio::task::spawn_blocking(move || {
-                while phase.load(Ordering::Relaxed) < 2 {
-                    let _ = posix_fadvise(f.as_fd(), 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED);
-                    std::thread::sleep(Duration::from_millis(250));
-                }
-            })
-        };
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        phase.store(1, Ordering::Relaxed);
-        tokio::time::sleep(Duration::from_secs(5)).await;
-        phase.store(2, Ordering::Relaxed);
-        for h in tasks {
-            h.await.expect("task");
-        }
-        evictor.await.expect("evictor");
-        let (a, b) = (
-            bytes[0].load(Ordering::Relaxed) as f64,
-            bytes[1].load(Ordering::Relaxed) as f64,
-        );
-        100.0 * b / (a + b)
-    })
-}
-
 /// ns per call per thread of two threads that each, `$iters` times, read
 /// `$clock` and run a load + CAS retry loop on the shared word `$w` (an
 /// `Arc` of a 64- or 128-bit atomic; `$widen` turns the clock reading into
@@ -322,7 +193,10 @@ macro_rules! cas_floor {
 fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!("fair: loadavg before: {}", load.trim());
-    let data = DataFile::create();
+    let data = DataFile::create(
+        PathBuf::from(format!("/var/tmp/slotring-fair-{}.dat", std::process::id())),
+        FILE_SIZE,
+    );
     let mut r = Report::new("fair");
     let request = MIB; // ClickHouse reads in 1 MiB buffers (max_read_buffer_size)
 
@@ -340,16 +214,10 @@ fn main() {
         share(&fifo, 1),
         "the same under today's first-come bucket (ClickHouse)",
     );
-    // The same through the async path: tasks on the multi-thread runtime,
-    // each task's engine handle carrying its tenant.
-    let fair_async = async_share_b(&data, true);
-    let fifo_async = async_share_b(&data, false);
-    r.put(
-        "fair_share_b_pct_async",
-        fair_async,
-        "B (1 task) vs A (64 tasks) through SharedEngine, equal weights, fair; goal 50 +- 2",
-    );
-    eprintln!("  (context) the same async run first-come: B {fifo_async:.1}%");
+    // The same through the async path (tasks on the multi-thread runtime,
+    // each task's engine handle carrying its tenant) is slotring-bench's
+    // `fair_uring`, which `cargo xtask bench fair` runs next: it adds
+    // `fair_share_b_pct_async` to this suite's JSON.
     // Weights 3:1, the same streams.
     let (w31, _, _) = two_tenants(&data, 3, 1, true, request);
     r.put(

@@ -5,7 +5,7 @@
 //!
 //! * shared rings (1, or one per worker) with the reactor pump or with a
 //!   reaper thread, on tokio's multi-thread runtime (2 workers);
-//! * the current-thread `AsyncEngine`, one runtime + ring per thread
+//! * the current-thread `LocalEngine`, one runtime + ring per thread
 //!   (thread-per-core);
 //! * `tokio::fs` style: `pread` on the blocking pool (what a service does
 //!   without us).
@@ -20,9 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::resource::{UsageWho, getrusage};
-use slotring_benchkit::{Report, median, percentile};
+use slotring_benchkit::{Report, disk_dir, median, percentile};
 use slotring_throttle::{MAX_RATE, ThrottlePtr, Throttler, UNLIMITED_BLOCK};
-use slotring_uring::{AsyncEngine, Reaper, RingConfig, SharedConfig, SharedEngine, UringFile};
+use slotring_uring::{LocalEngine, Reaper, RingConfig, SharedConfig, SharedEngine, UringFile};
 
 const FILE_LEN: usize = 64 << 20;
 const CHUNK: usize = 64 << 10;
@@ -30,18 +30,6 @@ const WORKERS: usize = 2;
 const TASKS: usize = 64;
 const READS_PER_TASK: usize = 400;
 const ROUNDS: usize = 5;
-
-fn disk_dir() -> PathBuf {
-    for cand in [PathBuf::from("/var/tmp"), std::env::temp_dir()] {
-        if let Ok(st) = nix::sys::statfs::statfs(&cand) {
-            let magic = st.filesystem_type().0;
-            if magic != 0x0102_1994 && magic != 0x8584_58f6 {
-                return cand;
-            }
-        }
-    }
-    std::env::current_dir().expect("cwd")
-}
 
 fn make_file(path: &Path) -> Arc<UringFile> {
     let mut f = OpenOptions::new()
@@ -148,7 +136,7 @@ fn finish(t0: Instant, c0: f64, lat: &mut [f64]) -> Run {
     }
 }
 
-/// Thread-per-core: one current-thread runtime and one `AsyncEngine` per
+/// Thread-per-core: one current-thread runtime and one `LocalEngine` per
 /// thread, the tasks split between them.
 fn per_thread_run(f: &Arc<UringFile>) -> Run {
     let (c0, t0) = (cpu_s(), Instant::now());
@@ -162,7 +150,7 @@ fn per_thread_run(f: &Arc<UringFile>) -> Run {
                     .unwrap();
                 let local = tokio::task::LocalSet::new();
                 local.block_on(&rt, async {
-                    let e = AsyncEngine::new(&RingConfig::default()).unwrap();
+                    let e = LocalEngine::new(&RingConfig::default()).unwrap();
                     let t = disk_throttle();
                     let mut hs = Vec::new();
                     for task in (w..TASKS).step_by(WORKERS) {
@@ -268,7 +256,7 @@ fn main() {
         ),
         (
             "per_thread",
-            "AsyncEngine, a current-thread runtime + ring per thread (thread-per-core)",
+            "LocalEngine, a current-thread runtime + ring per thread (thread-per-core)",
             Box::new(|| per_thread_run(&f)),
         ),
         (

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::resource::{UsageWho, getrusage};
 use nix::time::{ClockId, clock_gettime};
-use slotring_benchkit::{Report, median, ns_per_iter, percentile};
+use slotring_benchkit::{Report, disk_dir, median, ns_per_iter, percentile};
 use slotring_throttle::{
     LeaseHook, MAX_RATE, Throttle, ThrottlePtr, Throttler, UNLIMITED_BLOCK, install_lease_hook,
     park_current_lease,
@@ -31,18 +31,6 @@ const GIB: f64 = (1u64 << 30) as f64;
 fn mono_ns() -> u64 {
     let ts = clock_gettime(ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
     ts.tv_sec() as u64 * 1_000_000_000 + ts.tv_nsec() as u64
-}
-
-fn disk_dir() -> PathBuf {
-    for cand in [PathBuf::from("/var/tmp"), std::env::temp_dir()] {
-        if let Ok(st) = nix::sys::statfs::statfs(&cand) {
-            let magic = st.filesystem_type().0;
-            if magic != 0x0102_1994 && magic != 0x8584_58f6 {
-                return cand;
-            }
-        }
-    }
-    std::env::current_dir().expect("cwd")
 }
 
 /// Counts the syscalls that pass the seam.

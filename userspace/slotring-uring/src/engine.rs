@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use slotring_throttle::ThrottlePtr;
 
-use crate::blocking::UringEngine;
 use crate::counters::UringCounters;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::Policy;
-use crate::pread::PreadEngine;
+use crate::pread_engine::PreadEngine;
 use crate::sys::{RealSyscalls, SetupParams, Syscalls};
+use crate::uring_engine::UringEngine;
 
 /// Ring size, setup flags and policy.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! wait is an absolute `IORING_OP_TIMEOUT` linked to the IO it delays (no
 //! thread, no nanosleep, no CPU slot) — or, for a caller that parks a CPU
 //! lease, a standalone timeout followed by the IO once the lease is back
-//! (see the `blocking` module docs); page-cache hits are detected on the
+//! (see the `uring_engine` module docs); page-cache hits are detected on the
 //! ring with `RWF_NOWAIT` and charged only to throttlers that count them; a
 //! guard keeps NOWAIT misses from bursting the block device.
 //!
@@ -15,14 +15,16 @@
 //! piece's turn or room under the writeback cap), never while the kernel
 //! copies its data; many requests per thread via
 //! [`UringEngine::submit_read`]/[`UringEngine::wait_any`]),
-//! [`AsyncEngine`] (tokio, eventfd + `AsyncFd`, one per thread) and
+//! [`LocalEngine`] (tokio, eventfd + `AsyncFd`, one per thread) and
 //! [`SharedEngine`] (`Send + Sync + Clone`, for any task on the
 //! multi-thread runtime). [`PreadEngine`] serves the
 //! same [`IoEngine`] trait where io_uring is unavailable
-//! ([`open_engine`] picks and names the cause). Both engines charge by one
+//! ([`open_engine`] picks and names the cause). Every engine charges by one
 //! policy (`policy.rs`): what counts as page cache, when the disk-rate guard
 //! asks `cachestat(2)` instead of probing, what a filesystem without
-//! `RWF_NOWAIT` is charged as.
+//! `RWF_NOWAIT` is charged as. `route.rs` decides, for each request, which
+//! code carries it out and how the policy charges it, and lists every stop
+//! of each route.
 //!
 //! A throttled buffered write on a disk filesystem reaches the disk at the
 //! throttled pace: it is booked and issued in pieces of 256 KiB, each
@@ -39,13 +41,18 @@
 //! caller's. A failed write is [`UringError::Write`], naming the file, the
 //! offset reached and the bytes written before it.
 //!
-//! The only `unsafe` code is in `sys.rs`: the syscall seam every syscall
+//! The only `unsafe` code is in `sys`: the syscall seam every syscall
 //! passes through and the ring that owns every buffer lent to the kernel
-//! until its last CQE arrives. See the module docs of `core.rs` for how a
+//! until its last CQE arrives. See the module docs of `ring_core` for how a
 //! request moves through the ring.
 //!
 //! # Features
 //!
+//! * `tokio` (on by default): the async front ends — [`LocalEngine`],
+//!   [`SharedEngine`] (its [`SharedConfig`], [`Reaper`], [`PacedWrites`])
+//!   and the [`AsyncIo`] trait they share — and with them the dependency on
+//!   tokio. Without it the crate is the blocking engines, [`open_engine`]
+//!   and [`RingWait`], and builds no tokio.
 //! * `test-util` (off by default): exposes the syscall seam —
 //!   `Syscalls`, `RealSyscalls`, `SetupParams`, `CacheStat`, `IoUring` and
 //!   the `with_syscalls` constructors, `open_engine_with` — so that this
@@ -73,42 +80,61 @@
 //! assert_eq!(&buf[..n.unwrap()], b"hello, ring");
 //! std::fs::remove_file(&path).unwrap();
 //! ```
-
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "\n[`LocalEngine`]: #features\n[`SharedEngine`]: #features\n[`SharedConfig`]: #features\n[`Reaper`]: #features\n[`PacedWrites`]: #features\n[`AsyncIo`]: #features"
+)]
 #![deny(unsafe_code)]
 
-mod blocking;
-mod cap;
-mod core;
+#[cfg(feature = "tokio")]
+mod async_io;
+#[cfg(feature = "tokio")]
+mod async_wait;
 mod counters;
 mod engine;
 mod error;
 mod file;
+#[cfg(feature = "tokio")]
+mod local_engine;
 mod policy;
-mod pread;
-mod shared;
+#[cfg(feature = "tokio")]
+mod pool_io;
+mod pread_engine;
+mod ring_core;
+mod ring_wait;
+mod route;
+#[cfg(feature = "tokio")]
+mod shard;
+#[cfg(feature = "tokio")]
+mod shared_engine;
 #[allow(
     unsafe_code,
     reason = "the io_uring boundary: SQEs point into memory the ring owns; every block has a SAFETY comment"
 )]
 mod sys;
-mod tokio;
-mod wait;
+mod thread_io;
+mod uring_engine;
+mod writeback_cap;
 
-pub use crate::blocking::{Completion, Ticket, UringEngine};
-pub use crate::cap::{writeback_high_water, writeback_in_flight};
+#[cfg(feature = "tokio")]
+pub use crate::async_io::AsyncIo;
 pub use crate::counters::UringCounters;
 #[cfg(feature = "test-util")]
 pub use crate::engine::open_engine_with;
 pub use crate::engine::{CANCEL_POLL, IoEngine, RingConfig, open_engine};
 pub use crate::error::{BufResult, UringError};
 pub use crate::file::{NowaitMode, SIZE_UNBOUNDED, UringFile};
+#[cfg(feature = "tokio")]
+pub use crate::local_engine::LocalEngine;
 pub use crate::policy::{Op, Policy};
-pub use crate::pread::PreadEngine;
-pub use crate::shared::{AsyncIo, PacedWrites, Reaper, SharedConfig, SharedEngine};
+pub use crate::pread_engine::PreadEngine;
+pub use crate::ring_wait::{RingWait, RingWaitConfig};
+#[cfg(feature = "tokio")]
+pub use crate::shared_engine::{PacedWrites, Reaper, SharedConfig, SharedEngine};
 #[cfg(feature = "test-util")]
 pub use crate::sys::{CacheStat, RealSyscalls, SetupParams, Syscalls, WARM_UP_USER_DATA};
-pub use crate::tokio::AsyncEngine;
-pub use crate::wait::{RingWait, RingWaitConfig};
+pub use crate::uring_engine::{Completion, Ticket, UringEngine};
+pub use crate::writeback_cap::{writeback_high_water, writeback_in_flight};
 
 /// Re-exported so seam implementations can name the ring type.
 #[cfg(feature = "test-util")]

@@ -1,6 +1,6 @@
 //! The one charging policy of both engines.
 //!
-//! The ring state machine (`core.rs`) and the `pread` engine (`pread.rs`)
+//! The ring state machine (`ring_core`) and the threads' own IO (`thread_io.rs`)
 //! differ only in *how* they perform a step (SQEs and CQEs, or synchronous
 //! syscalls) and in *when* they charge (the ring before the IO, `pread`
 //! after it, as ClickHouse does); *what* they charge is decided here:
@@ -9,17 +9,17 @@
 //!   only for a buffered read charged to a chain in which some throttler
 //!   skips page-cache bytes ([`Throttle::ignores_page_cache_reads`]: a
 //!   block-device limit). Everything else — writes, `O_DIRECT`, detection
-//!   switched off — is charged as device bytes ([`Policy::route`]).
+//!   switched off — is charged as device bytes ([`Policy::charge`]).
 //! * **What a file taught us.** A filesystem that answered `EOPNOTSUPP` to
 //!   `RWF_NOWAIT` is never probed again: a memory filesystem (tmpfs/ramfs)
 //!   is all page cache, any other is all device, so a block device is never
-//!   under-charged ([`after_nowait_unsupported`], [`Route::from`]).
+//!   under-charged ([`after_nowait_unsupported`], [`Charge::from`]).
 //! * **The disk-rate guard.** A NOWAIT miss starts its disk read at once,
 //!   uncharged. While a block-device bucket in the chain holds fewer tokens
 //!   than the bytes that could go to the disk that way, the engines do not
 //!   probe: they ask `cachestat(2)` (no side effect) and charge as page
 //!   cache only a fully cached range ([`Policy::guard_engaged`],
-//!   [`cachestat_route`]).
+//!   [`cachestat_charge`]).
 //! * **What a write costs the disk.** Every buffered write on a disk
 //!   filesystem is charged as device bytes, before it is issued: with paced
 //!   writeback each write reaches the disk (an overwrite of a page whose
@@ -30,7 +30,7 @@
 //!   no pacing. A write to a memory filesystem (tmpfs/ramfs) never reaches
 //!   a disk: it is charged as [`Source::PageCache`], which a block-device
 //!   limit skips and every other limit charges, as for reads there
-//!   ([`Policy::route`]).
+//!   ([`Policy::charge`]).
 //! * **Paced writeback.** A throttled buffered write on a disk filesystem
 //!   starts the writeback of what it dirtied right after it, in pieces of
 //!   at most [`WRITEBACK_PIECE`] bytes each booked on its own, so the disk
@@ -42,7 +42,7 @@
 //!   writeback ([`Policy::writeback_cap_bytes`]) and, after the device held
 //!   them back, drain the bucket's backlog at most at
 //!   [`Policy::catch_up_rate`]
-//!   (`cap.rs` carries both out, for every engine).
+//!   (`writeback_cap.rs` carries both out, for every engine).
 //! * **Booking.** Bytes are booked on the chain as [`Source::Device`] or
 //!   [`Source::PageCache`], each charge after the delay already booked
 //!   ([`book`]).
@@ -64,7 +64,7 @@ const PAGE: u64 = 4096;
 
 /// The largest piece a paced write is booked and issued in. A 100 ms window
 /// of a 32 MiB/s limit holds 12.8 such pieces, so a window's count is off by
-/// at most one piece (8 %); see ARCHITECTURE.md for the measurements.
+/// at most one piece (8 %); `cargo xtask bench write` measures the windows.
 pub(crate) const WRITEBACK_PIECE: u64 = 256 << 10;
 
 /// A read or a write.
@@ -123,7 +123,7 @@ pub struct Policy {
     /// complete, and the backlog the bucket collected meanwhile drains at
     /// most a little above the rate (`writeback_catch_up_permille`). `None`: only the
     /// per-request `writeback_depth` applies. Default 16 ms (512 KiB at
-    /// 32 MiB/s); see ARCHITECTURE.md for the measurements.
+    /// 32 MiB/s); `cargo xtask bench write` measures what it holds back.
     pub writeback_cap: Option<Duration>,
     /// Paced writes under a writeback cap: how far above a block-device
     /// throttler's rate its pieces may start while its bucket spends what
@@ -162,7 +162,7 @@ pub(crate) enum Writeback {
 
 /// How a request's bytes are charged, decided before any IO.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Route {
+pub(crate) enum Charge {
     /// Every byte is a device byte (charged before the IO on the ring,
     /// after it by `pread`).
     Device,
@@ -174,28 +174,28 @@ pub(crate) enum Route {
     Probe,
 }
 
-impl From<NowaitMode> for Route {
+impl From<NowaitMode> for Charge {
     /// How the reads of a file in `mode` are charged once detection is on.
     fn from(mode: NowaitMode) -> Self {
         match mode {
-            NowaitMode::Probe => Route::Probe,
-            NowaitMode::Unsupported => Route::Device,
-            NowaitMode::Memory => Route::PageCache,
+            NowaitMode::Probe => Charge::Probe,
+            NowaitMode::Unsupported => Charge::Device,
+            NowaitMode::Memory => Charge::PageCache,
         }
     }
 }
 
 impl Policy {
-    /// The page-cache rule: how an `op` on `file` charged to `throttle` is
-    /// routed.
-    pub(crate) fn route(self, op: Op, file: &UringFile, throttle: Option<&ThrottlePtr>) -> Route {
+    /// The page-cache rule: how the bytes of an `op` on `file` charged to
+    /// `throttle` are charged.
+    pub(crate) fn charge(self, op: Op, file: &UringFile, throttle: Option<&ThrottlePtr>) -> Charge {
         if op == Op::Write {
             // No disk behind a memory filesystem: page-cache bytes, charged
             // after the write as reads there are.
             return if file.in_memory() && throttle.is_some() {
-                Route::PageCache
+                Charge::PageCache
             } else {
-                Route::Device
+                Charge::Device
             };
         }
         let detect = self.detect_page_cache
@@ -203,9 +203,9 @@ impl Policy {
             && !file.is_direct()
             && throttle.is_some_and(|t| t.ignores_page_cache_reads());
         if detect {
-            Route::from(file.nowait_mode())
+            Charge::from(file.nowait_mode())
         } else {
-            Route::Device
+            Charge::Device
         }
     }
 
@@ -246,7 +246,7 @@ impl Policy {
     }
 
     /// The pacer's rate of a block-device throttler of `rate` bytes/s (see
-    /// `cap.rs`): `writeback_catch_up_permille` above it.
+    /// `writeback_cap.rs`): `writeback_catch_up_permille` above it.
     pub(crate) fn catch_up_rate(self, rate: u64) -> u64 {
         let above = u128::from(rate) * u128::from(self.writeback_catch_up_permille) / 1000;
         rate.saturating_add(u64::try_from(above).unwrap_or(u64::MAX))
@@ -274,10 +274,10 @@ impl Policy {
 /// What the guard's `cachestat(2)` answer for `[off, off + len)` means:
 /// page cache only when every page of the range is cached; a failed call
 /// (`ENOSYS` before Linux 6.5) or a partly cached range is device IO.
-pub(crate) fn cachestat_route(stat: io::Result<CacheStat>, off: u64, len: u64) -> Route {
+pub(crate) fn cachestat_charge(stat: io::Result<CacheStat>, off: u64, len: u64) -> Charge {
     match stat {
-        Ok(st) if st.nr_cache >= pages_spanned(off, len) => Route::PageCache,
-        _ => Route::Device,
+        Ok(st) if st.nr_cache >= pages_spanned(off, len) => Charge::PageCache,
+        _ => Charge::Device,
     }
 }
 
@@ -365,15 +365,15 @@ mod tests {
         let user: ThrottlePtr = user(1000, &c);
         let f = file();
         let on = Policy::default();
-        assert_eq!(on.route(Op::Read, &f, Some(&disk)), Route::Probe);
-        assert_eq!(on.route(Op::Write, &f, Some(&disk)), Route::Device);
-        assert_eq!(on.route(Op::Read, &f, Some(&user)), Route::Device);
-        assert_eq!(on.route(Op::Read, &f, None), Route::Device);
+        assert_eq!(on.charge(Op::Read, &f, Some(&disk)), Charge::Probe);
+        assert_eq!(on.charge(Op::Write, &f, Some(&disk)), Charge::Device);
+        assert_eq!(on.charge(Op::Read, &f, Some(&user)), Charge::Device);
+        assert_eq!(on.charge(Op::Read, &f, None), Charge::Device);
         let off = Policy {
             detect_page_cache: false,
             ..Policy::default()
         };
-        assert_eq!(off.route(Op::Read, &f, Some(&disk)), Route::Device);
+        assert_eq!(off.charge(Op::Read, &f, Some(&disk)), Charge::Device);
     }
 
     #[test]
@@ -385,7 +385,7 @@ mod tests {
         let f = UringFile::new(std::fs::File::create(dir.path().join("f")).unwrap()).unwrap();
         assert!(!f.in_memory(), "/var/tmp is on a disk filesystem");
         assert_eq!(on.writeback(Op::Write, &f, Some(&disk)), Writeback::Paced);
-        assert_eq!(on.route(Op::Write, &f, Some(&disk)), Route::Device);
+        assert_eq!(on.charge(Op::Write, &f, Some(&disk)), Charge::Device);
         assert_eq!(on.writeback(Op::Write, &f, None), Writeback::Kernel);
         assert_eq!(on.writeback(Op::Read, &f, Some(&disk)), Writeback::Kernel);
         let off = Policy {
@@ -393,7 +393,7 @@ mod tests {
             ..Policy::default()
         };
         assert_eq!(off.writeback(Op::Write, &f, Some(&disk)), Writeback::Kernel);
-        assert_eq!(off.route(Op::Write, &f, Some(&disk)), Route::Device);
+        assert_eq!(off.charge(Op::Write, &f, Some(&disk)), Charge::Device);
     }
 
     #[test]
@@ -408,8 +408,8 @@ mod tests {
             let m = UringFile::new(tempfile::tempfile_in(shm).unwrap()).unwrap();
             assert!(m.in_memory());
             assert_eq!(on.writeback(Op::Write, &m, Some(&disk)), Writeback::Kernel);
-            assert_eq!(on.route(Op::Write, &m, Some(&disk)), Route::PageCache);
-            assert_eq!(on.route(Op::Write, &m, None), Route::Device);
+            assert_eq!(on.charge(Op::Write, &m, Some(&disk)), Charge::PageCache);
+            assert_eq!(on.charge(Op::Write, &m, None), Charge::Device);
         } else {
             eprintln!("tmpfs part skipped: /dev/shm is not tmpfs on this machine");
         }
@@ -425,7 +425,7 @@ mod tests {
                 let d = UringFile::new(d).unwrap();
                 assert!(d.is_direct());
                 assert_eq!(on.writeback(Op::Write, &d, Some(&disk)), Writeback::Kernel);
-                assert_eq!(on.route(Op::Write, &d, Some(&disk)), Route::Device);
+                assert_eq!(on.charge(Op::Write, &d, Some(&disk)), Charge::Device);
             }
             Err(e) => eprintln!("O_DIRECT part skipped: /var/tmp refuses it ({e})"),
         }
@@ -438,13 +438,13 @@ mod tests {
         let f = file();
         f.set_nowait_mode(after_nowait_unsupported(Ok(true)));
         assert_eq!(
-            Policy::default().route(Op::Read, &f, Some(&disk)),
-            Route::PageCache
+            Policy::default().charge(Op::Read, &f, Some(&disk)),
+            Charge::PageCache
         );
         f.set_nowait_mode(after_nowait_unsupported(Ok(false)));
         assert_eq!(
-            Policy::default().route(Op::Read, &f, Some(&disk)),
-            Route::Device
+            Policy::default().charge(Op::Read, &f, Some(&disk)),
+            Charge::Device
         );
         assert_eq!(
             after_nowait_unsupported(Err(io::Error::from_raw_os_error(libc::ENOSYS))),
@@ -517,11 +517,11 @@ mod tests {
                 ..CacheStat::default()
             })
         };
-        assert_eq!(cachestat_route(cached(2), 100, PAGE), Route::PageCache);
-        assert_eq!(cachestat_route(cached(1), 100, PAGE), Route::Device);
+        assert_eq!(cachestat_charge(cached(2), 100, PAGE), Charge::PageCache);
+        assert_eq!(cachestat_charge(cached(1), 100, PAGE), Charge::Device);
         assert_eq!(
-            cachestat_route(Err(io::Error::from_raw_os_error(libc::ENOSYS)), 0, 1),
-            Route::Device,
+            cachestat_charge(Err(io::Error::from_raw_os_error(libc::ENOSYS)), 0, 1),
+            Charge::Device,
             "without cachestat(2) a read is charged to the disk"
         );
     }

@@ -34,7 +34,7 @@ fn hit_and_miss(make: fn() -> Box<dyn IoEngine>) {
     let tf = disk_file(1 << 20, 1);
     let off = 256 << 10;
     let len = 128 << 10;
-    // Rarely (about 3 in 1,600 on this machine) the kernel answers a cold
+    // Rarely (a few in a thousand) the kernel answers a cold
     // NOWAIT read with data after doing the IO itself; then it looks like a
     // hit. Try again on a fresh engine in that case (bounded).
     let mut attempt = 0;
@@ -561,8 +561,8 @@ fn a_miss_found_cached_after_its_wait_is_refunded_to_the_disk() {
     assert_eq!(d.page_cache_amount, LEN as u64, "{d:?}");
 }
 
-/// A miss found by a `RWF_NOWAIT` probe is not re-probed after its wait: on
-/// this kernel the probe itself starts reading the range in, so by the end
+/// A miss found by a `RWF_NOWAIT` probe is not re-probed after its wait: the
+/// probe itself may start reading the range in, so by the end
 /// of the wait the pages may be there because of this very request, and a
 /// re-probe would refund the disk read it caused.
 #[test]

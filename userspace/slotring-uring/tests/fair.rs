@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use slotring_throttle::{Tenant, ThrottlePtr, Throttler};
 use slotring_uring::{
-    AsyncEngine, IoEngine, Reaper, RingConfig, SharedConfig, SharedEngine, UringEngine,
+    IoEngine, LocalEngine, Reaper, RingConfig, SharedConfig, SharedEngine, UringEngine,
 };
 
 const REQ: usize = 256 * 1024;
@@ -235,7 +235,7 @@ fn async_engine_tasks_share_by_tenant_on_one_thread() {
                 .build()
                 .unwrap(),
         );
-        let e = AsyncEngine::new(&RingConfig::default()).unwrap();
+        let e = LocalEngine::new(&RingConfig::default()).unwrap();
         let (a, b) = (Tenant::new("a", 1).unwrap(), Tenant::new("b", 1).unwrap());
         let stop = std::rc::Rc::new(std::cell::Cell::new(false));
         let mut tasks = Vec::new();
@@ -261,6 +261,6 @@ fn async_engine_tasks_share_by_tenant_on_one_thread() {
         (a.charged(), b.charged())
     });
     let share = 100.0 * b_bytes as f64 / (a_bytes + b_bytes) as f64;
-    eprintln!("AsyncEngine: b's share {share:.1}%");
+    eprintln!("LocalEngine: b's share {share:.1}%");
     assert!(share > 35.0, "b got {share:.1}%");
 }

@@ -283,7 +283,7 @@ fn both_front_ends_serve_the_async_io_trait() {
         .build()
         .unwrap()
         .block_on(async {
-            let e = slotring_uring::AsyncEngine::new(&RingConfig::default()).unwrap();
+            let e = slotring_uring::LocalEngine::new(&RingConfig::default()).unwrap();
             read_whole(&e, &tf).await
         });
     assert_eq!(shared, tf.data);

@@ -397,7 +397,7 @@ fn dropped_paced_writes_end_cleanly_in_every_state() {
             policy: depth(1),
             ..RingConfig::default()
         };
-        let e = slotring_uring::AsyncEngine::new(&cfg).unwrap();
+        let e = slotring_uring::LocalEngine::new(&cfg).unwrap();
         let (f, _path) = empty_disk_file();
         // 4 MiB at 16 MiB/s: 16 pieces, one every 15.6 ms. With a 1 ms
         // burst every piece waits for its turn in the bucket; with 100 ms
@@ -1131,7 +1131,7 @@ fn a_write_dropped_while_capped_frees_nothing_twice_and_loses_nothing() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let e = slotring_uring::AsyncEngine::new(&RingConfig::default()).unwrap();
+        let e = slotring_uring::LocalEngine::new(&RingConfig::default()).unwrap();
         // 1 MiB/s: the cap has room for one piece. A burst of 30 s: every
         // piece's turn comes at once, and a piece takes its room only then
         // (a piece waiting for its turn holds none), so a's piece under

@@ -1,287 +1,17 @@
-//! The single unsafe boundary of this crate.
-//!
-//! Two things live here and nowhere else:
-//!
-//! * [`Syscalls`], the one seam through which every syscall of the engines
-//!   passes (`io_uring_setup`, `io_uring_enter`, `io_uring_register`,
-//!   `preadv2`, `pwrite`, `sync_file_range`, `cachestat`, `fstat`,
-//!   `ioctl(BLKGETSIZE64)`, `fstatfs`) and through which every completion result is read. Tests
-//!   replace it to inject faults. It is not part of the public API: the
-//!   crate's non-default feature `test-util` re-exports it (with
-//!   [`RealSyscalls`], [`SetupParams`], [`CacheStat`] and `io_uring::IoUring`)
-//!   for this crate's own integration tests and benchmark, which drive the
-//!   real kernel through a seam that injects faults or counts syscalls.
-//! * [`Ring`], the owner of the io_uring instance *and* of every buffer and
-//!   timespec the kernel may touch. An SQE can only point into memory this
-//!   module owns, and that memory is handed back ([`Ring::take`]) only once
-//!   the last CQE of its slot has been reaped. This is the invariant that
-//!   makes every `unsafe` block below sound: **a buffer in flight belongs to
-//!   the ring until its completion arrives**, whatever happened to the future
-//!   or request that lent it. Dropping a `Ring` with IO in flight cancels it
-//!   and waits for every outstanding CQE before the memory is released.
+//! [`LendingRing`]: an io_uring instance and the slots whose memory it
+//! lends to the kernel — each slot's buffer and timespec, handed back
+//! ([`LendingRing::take`]) only once the last CQE of the slot is reaped.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
 use io_uring::{IoUring, cqueue, opcode, squeue, types};
 
+use super::syscalls::{SetupParams, Syscalls, WRITEBACK_FLAGS};
 use crate::policy::{Op, WRITEBACK_PIECE};
 
-/// The `sync_file_range(2)` flags of a paced write's writeback: start the
-/// writeback of the piece and wait for the device to complete it (not a
-/// flush of the device cache nor of metadata: no durability), so the piece
-/// reaches the disk inside its booked time instead of in the block layer's
-/// clumps. `SYNC_FILE_RANGE_WRITE` alone measured a 2.19x peak 100 ms window
-/// (1 writer, 32 MiB/s, quiet machine, `cargo xtask bench write`).
-pub(crate) const WRITEBACK_FLAGS: libc::c_uint = libc::SYNC_FILE_RANGE_WAIT_BEFORE
-    | libc::SYNC_FILE_RANGE_WRITE
-    | libc::SYNC_FILE_RANGE_WAIT_AFTER;
-
-/// `cachestat(2)` is syscall 451 on every 64-bit Linux architecture we build for.
-const SYS_CACHESTAT: libc::c_long = 451;
 const IORING_ENTER_GETEVENTS: u32 = 1;
 const IORING_ENTER_SQ_WAKEUP: u32 = 2;
-/// `BLKGETSIZE64` = `_IOR(0x12, 114, size_t)` (the same on x86_64 and aarch64).
-const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
-const TMPFS_MAGIC: i64 = 0x0102_1994;
-const RAMFS_MAGIC: i64 = 0x8584_58f6;
-
-/// `io_uring_setup` configuration (see [`crate::RingConfig`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SetupParams {
-    /// SQ entries.
-    pub entries: u32,
-    /// CQ entries (0 = kernel default, twice `entries`).
-    pub cq_entries: u32,
-    /// `IORING_SETUP_SQPOLL` with this idle time in ms.
-    pub sqpoll_idle_ms: Option<u32>,
-    /// `IORING_SETUP_COOP_TASKRUN`.
-    pub coop_taskrun: bool,
-    /// `IORING_SETUP_SINGLE_ISSUER`.
-    pub single_issuer: bool,
-    /// `IORING_SETUP_DEFER_TASKRUN` (requires `single_issuer`).
-    pub defer_taskrun: bool,
-}
-
-/// What `cachestat(2)` reports for a byte range.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CacheStat {
-    /// Pages of the range in the page cache.
-    pub nr_cache: u64,
-    /// Dirty pages.
-    pub nr_dirty: u64,
-    /// Pages under writeback.
-    pub nr_writeback: u64,
-    /// Pages evicted.
-    pub nr_evicted: u64,
-    /// Pages recently evicted.
-    pub nr_recently_evicted: u64,
-}
-
-/// The syscall seam (aya-style): every syscall the engines make goes through
-/// one of these methods. The defaults are the real syscalls; a test overrides
-/// a method to inject a fault and delegates the rest.
-pub trait Syscalls: Send + 'static {
-    /// `io_uring_setup` + mmap of the rings.
-    fn io_uring_setup(&mut self, p: &SetupParams) -> io::Result<IoUring> {
-        let mut b = IoUring::builder();
-        if p.cq_entries != 0 {
-            b.setup_cqsize(p.cq_entries);
-        }
-        if let Some(idle) = p.sqpoll_idle_ms {
-            b.setup_sqpoll(idle);
-        }
-        if p.coop_taskrun {
-            b.setup_coop_taskrun();
-        }
-        if p.single_issuer {
-            b.setup_single_issuer();
-        }
-        if p.defer_taskrun {
-            b.setup_defer_taskrun();
-        }
-        b.build(p.entries)
-    }
-
-    /// `io_uring_enter(ring, to_submit, min_complete, flags, NULL, 0)`.
-    fn io_uring_enter(
-        &mut self,
-        ring: &IoUring,
-        to_submit: u32,
-        min_complete: u32,
-        flags: u32,
-    ) -> io::Result<usize> {
-        // SAFETY: no argument pointer is passed (arg = NULL, size 0); the SQEs
-        // the kernel consumes were written by `Ring::push_*`, and each points
-        // only into memory owned by a `Ring` slot that stays alive until its
-        // CQE is reaped (the module invariant).
-        unsafe {
-            ring.submitter()
-                .enter::<libc::sigset_t>(to_submit, min_complete, flags, None)
-        }
-    }
-
-    /// `io_uring_enter(ring, 0, 1, GETEVENTS | EXT_ARG | ABS_TIMER, {ts})`:
-    /// wait for one CQE or until the absolute `CLOCK_MONOTONIC` time
-    /// `deadline_ns` (no SQE; kernel 6.12+). `ETIME` is the deadline passing.
-    fn io_uring_wait_until(&mut self, ring: &IoUring, deadline_ns: u64) -> io::Result<usize> {
-        let ts = types::Timespec::new()
-            .sec(deadline_ns / 1_000_000_000)
-            .nsec((deadline_ns % 1_000_000_000) as u32);
-        let args = types::SubmitArgs::new().timespec(&ts);
-        ring.submitter()
-            .submit_with_args_and_flags(1, &args, io_uring::EnterFlags::ABS_TIMER)
-    }
-
-    /// `io_uring_register(IORING_REGISTER_EVENTFD)`: signal `efd` on every CQE.
-    fn io_uring_register_eventfd(&mut self, ring: &IoUring, efd: RawFd) -> io::Result<()> {
-        ring.submitter().register_eventfd(efd)
-    }
-
-    /// Every completion passes here before the engine sees it; tests rewrite
-    /// `res` to inject `-EINTR`, `-EAGAIN`, short reads or `-ECANCELED`.
-    fn completion(&mut self, _user_data: u64, _res: &mut i32) {}
-
-    /// How many free SQ entries to report (tests shrink it to force "SQ full").
-    fn sq_room(&mut self, real: usize) -> usize {
-        real
-    }
-
-    /// `preadv2(fd, [buf], off, flags)`.
-    fn preadv2(&mut self, fd: RawFd, buf: &mut [u8], off: u64, flags: i32) -> io::Result<usize> {
-        let iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        let off =
-            libc::off_t::try_from(off).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: `iov` describes exactly `buf`, which is exclusively borrowed
-        // for the duration of this synchronous call.
-        let r = unsafe { libc::preadv2(fd, &iov, 1, off, flags) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
-    }
-
-    /// `pwrite(fd, buf, off)`.
-    fn pwrite(&mut self, fd: RawFd, buf: &[u8], off: u64) -> io::Result<usize> {
-        let off =
-            libc::off_t::try_from(off).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        // SAFETY: `buf` is borrowed for the duration of this synchronous call
-        // and the kernel only reads `buf.len()` bytes from it.
-        let r = unsafe { libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), off) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
-    }
-
-    /// `sync_file_range(2)` of the range (paced writeback in the caller's
-    /// thread, `pread::ThreadIo`; no flush, no durability): with `complete` false,
-    /// `SYNC_FILE_RANGE_WRITE` starts the writeback of its dirty pages; with
-    /// `complete` true, [`WRITEBACK_FLAGS`] writes back what is dirty and
-    /// waits until the device has completed the whole range.
-    fn sync_file_range(&mut self, fd: RawFd, off: u64, len: u64, complete: bool) -> io::Result<()> {
-        let off = libc::off64_t::try_from(off)
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let len = libc::off64_t::try_from(len)
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let flags = if complete {
-            WRITEBACK_FLAGS
-        } else {
-            libc::SYNC_FILE_RANGE_WRITE
-        };
-        // SAFETY: no memory is passed; the kernel validates `fd` (a bad one
-        // is `EBADF`, not UB).
-        let r = unsafe { libc::sync_file_range(fd, off, len, flags) };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    }
-
-    /// `cachestat(fd, {off, len}, &out, 0)` (Linux 6.5+; `ENOSYS` before).
-    fn cachestat(&mut self, fd: RawFd, off: u64, len: u64) -> io::Result<CacheStat> {
-        let range: [u64; 2] = [off, len];
-        let mut out = [0u64; 5];
-        // SAFETY: `range` is a valid `struct cachestat_range` (two u64) and
-        // `out` a writable `struct cachestat` (five u64), both alive for the
-        // duration of this synchronous call.
-        let r = unsafe { libc::syscall(SYS_CACHESTAT, fd, range.as_ptr(), out.as_mut_ptr(), 0) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(CacheStat {
-            nr_cache: out[0],
-            nr_dirty: out[1],
-            nr_writeback: out[2],
-            nr_evicted: out[3],
-            nr_recently_evicted: out[4],
-        })
-    }
-
-    /// The size that bounds reads of `fd`, or `None` when it has none.
-    ///
-    /// A regular file answers its `st_size` (`fstat`); a block device its
-    /// capacity (`ioctl(BLKGETSIZE64)`: its `st_size` is 0). Anything else
-    /// (character devices such as `/dev/zero`, pipes, sockets) has no size
-    /// that bounds a read — its `st_size` is 0 too — so `None`: the engines
-    /// then trim nothing and charge every byte asked for.
-    fn file_size(&mut self, fd: RawFd) -> io::Result<Option<u64>> {
-        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-        // SAFETY: `st` is writable memory of the size `fstat` fills; the
-        // kernel validates `fd` (a bad one is `EBADF`, not UB).
-        let r = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fstat` returned 0, so it initialised `st`.
-        let st = unsafe { st.assume_init() };
-        match st.st_mode & libc::S_IFMT {
-            libc::S_IFREG => Ok(Some(u64::try_from(st.st_size).unwrap_or(0))),
-            libc::S_IFBLK => {
-                let mut bytes: u64 = 0;
-                // SAFETY: BLKGETSIZE64 writes one u64 through its argument,
-                // which points at `bytes`, alive and exclusively borrowed for
-                // the duration of this synchronous call.
-                let r = unsafe { libc::ioctl(fd, BLKGETSIZE64 as _, &raw mut bytes) };
-                if r < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(Some(bytes))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Whether the file lives in memory (tmpfs/ramfs), via `fstatfs`.
-    fn fs_is_memory(&mut self, fd: RawFd) -> io::Result<bool> {
-        let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
-        // SAFETY: as for `fstat` above.
-        let r = unsafe { libc::fstatfs(fd, st.as_mut_ptr()) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `fstatfs` returned 0, so it initialised `st`.
-        let st = unsafe { st.assume_init() };
-        #[allow(
-            clippy::unnecessary_cast,
-            reason = "f_type's type differs across architectures"
-        )]
-        let magic = st.f_type as i64;
-        Ok(magic == TMPFS_MAGIC || magic == RAMFS_MAGIC)
-    }
-}
-
-/// The real kernel, no overrides.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct RealSyscalls;
-
-impl Syscalls for RealSyscalls {}
 
 /// What a slot's SQE is for (the low [`TAG_BITS`] bits of `user_data`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -307,7 +37,7 @@ pub(crate) enum Tag {
 /// Bits of `user_data` that hold the [`Tag`]; the slot index is above them.
 pub(crate) const TAG_BITS: u32 = 3;
 
-/// `user_data` of the NOP a new ring submits ([`Ring::warm_up`]): slot
+/// `user_data` of the NOP a new ring submits ([`LendingRing::warm_up`]): slot
 /// index `u32::MAX` (never allocated: slots are numbered from 0 and a ring
 /// never holds 2³² of them), tag [`Tag::Cancel`] (whose CQE advances no
 /// request).
@@ -326,7 +56,7 @@ impl Tag {
     }
 }
 
-/// Identifies a slot of a [`Ring`] (index + generation).
+/// Identifies a slot of a [`LendingRing`] (index + generation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct SlotId {
     pub(crate) index: u32,
@@ -407,7 +137,7 @@ enum TimeoutRole {
 
 /// An io_uring instance plus the slab of slots whose memory it lends to the
 /// kernel. `T` is the engine's per-request state.
-pub(crate) struct Ring<T> {
+pub(crate) struct LendingRing<T> {
     ring: IoUring,
     sys: Box<dyn Syscalls>,
     slots: Vec<Slot<T>>,
@@ -426,10 +156,10 @@ pub(crate) struct Cqe {
     pub(crate) res: i32,
 }
 
-impl<T> Ring<T> {
+impl<T> LendingRing<T> {
     /// Set up a ring through `sys`.
     ///
-    /// The new ring submits one NOP and waits for it ([`Ring::warm_up`]),
+    /// The new ring submits one NOP and waits for it ([`LendingRing::warm_up`]),
     /// so that the creating thread's one-time io_uring set-up is paid here
     /// rather than inside the first real request (often a throttled read
     /// whose thread has parked its CPU lease).
@@ -450,10 +180,10 @@ impl<T> Ring<T> {
 
     /// Submit one `IORING_OP_NOP` ([`WARM_UP_USER_DATA`]) and wait for its
     /// CQE, through the seam. A thread's first io_uring submission sets up
-    /// its io_uring task context (measured at 0.26-0.52 ms under memory
-    /// pressure); done here, the first real request does not pay it. Best
+    /// its io_uring task context (a few hundred µs under memory pressure);
+    /// done here, the first real request does not pay it. Best
     /// effort: if the enter fails, the NOP rides the next enter and its CQE
-    /// is dropped by [`Ring::reap`]'s callers like any unknown slot's (no
+    /// is dropped by [`LendingRing::reap`]'s callers like any unknown slot's (no
     /// slot has its index), and the failure, if it lasts, is reported with
     /// its cause by the first real request.
     fn warm_up(&mut self) {
@@ -477,6 +207,7 @@ impl<T> Ring<T> {
         self.sys.as_mut()
     }
 
+    #[cfg(feature = "tokio")]
     /// Register `efd` to be signalled on every CQE.
     pub(crate) fn register_eventfd(&mut self, efd: RawFd) -> io::Result<()> {
         self.sys.io_uring_register_eventfd(&self.ring, efd)
@@ -582,7 +313,7 @@ impl<T> Ring<T> {
     fn room(&mut self) -> usize {
         let real = {
             // SAFETY: `submission_shared` requires that no other
-            // `SubmissionQueue` of this ring is alive; this `Ring` is the only
+            // `SubmissionQueue` of this ring is alive; this `LendingRing` is the only
             // user and the queue is dropped at the end of this block.
             let sq = unsafe { self.ring.submission_shared() };
             sq.capacity() - sq.len()
@@ -853,6 +584,7 @@ impl<T> Ring<T> {
         }
     }
 
+    #[cfg(feature = "tokio")]
     /// Whether SQEs are waiting to be submitted.
     pub(crate) fn has_unsubmitted(&self) -> bool {
         self.unsubmitted > 0
@@ -896,7 +628,7 @@ impl<T> Ring<T> {
 /// cancel is seen; one that must wait (a timeout-delayed chain, a disk read
 /// that goes async) is cancelled. Callers that must not issue a queued IO
 /// have to cancel and collect it before dropping the engine.
-impl<T> Drop for Ring<T> {
+impl<T> Drop for LendingRing<T> {
     fn drop(&mut self) {
         // Nothing the kernel may still write to is freed before its CQE.
         let ids: Vec<SlotId> = self
@@ -936,23 +668,4 @@ impl<T> Drop for Ring<T> {
             self.reap(&mut sink);
         }
     }
-}
-
-/// The current CLOCK_MONOTONIC time in ns (what absolute io_uring timeouts use).
-pub(crate) fn monotonic_now_ns() -> u64 {
-    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
-    (ts.tv_sec() as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec() as u64)
-}
-
-/// A non-blocking eventfd registered with the current tokio reactor.
-pub(crate) fn async_eventfd() -> io::Result<tokio::io::unix::AsyncFd<nix::sys::eventfd::EventFd>> {
-    use nix::sys::eventfd::{EfdFlags, EventFd};
-    let efd = EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?;
-    // SAFETY: `EventFd` owns its descriptor, which therefore stays open and
-    // unchanged (`as_raw_fd` always returns it) until the `AsyncFd` drops it.
-    unsafe { tokio::io::unix::AsyncFd::register_with_interest(efd, tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use slotring_throttle::{ThrottlePtr, Throttler};
-use slotring_uring::{AsyncEngine, RingConfig};
+use slotring_uring::{LocalEngine, RingConfig};
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -24,7 +24,7 @@ const HANG: Duration = Duration::from_secs(20);
 fn cold_reads_wake_the_task_sequential_and_concurrent() {
     let tf = disk_file(4 << 20, 40);
     rt().block_on(async {
-        let e = AsyncEngine::new(&RingConfig::default()).unwrap();
+        let e = LocalEngine::new(&RingConfig::default()).unwrap();
         tf.file.evict().unwrap();
         for i in 0..10usize {
             let off = i * (256 << 10);
@@ -69,7 +69,7 @@ fn cold_reads_wake_the_task_sequential_and_concurrent() {
 fn async_hit_miss_and_throttled_lower_bound() {
     let tf = disk_file(2 << 20, 41);
     rt().block_on(async {
-        let e = AsyncEngine::new(&RingConfig::default()).unwrap();
+        let e = LocalEngine::new(&RingConfig::default()).unwrap();
         let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
         tf.file.evict().unwrap();
         let (r, _) = e
@@ -123,7 +123,7 @@ fn random_reads_with_random_drops_keep_integrity() {
     let data = Rc::new(tf.data.clone());
     let total = 100_000usize;
     rt().block_on(async {
-        let e = AsyncEngine::new(&RingConfig {
+        let e = LocalEngine::new(&RingConfig {
             entries: 128,
             ..RingConfig::default()
         })
@@ -254,7 +254,7 @@ fn short_reads_are_continued_on_the_async_front_end() {
     let plan = fault_plan();
     rt().block_on(async {
         let e =
-            AsyncEngine::with_syscalls(&RingConfig::default(), Box::new(FaultSys(plan.clone())))
+            LocalEngine::with_syscalls(&RingConfig::default(), Box::new(FaultSys(plan.clone())))
                 .unwrap();
         for i in 0..8usize {
             // Cold: the read completes later (io-wq), its CQE raises the
@@ -283,7 +283,7 @@ fn defer_taskrun_is_refused_by_the_async_front_end() {
             defer_taskrun: true,
             ..RingConfig::default()
         };
-        let err = AsyncEngine::new(&cfg).unwrap_err();
+        let err = LocalEngine::new(&cfg).unwrap_err();
         assert!(
             err.to_string()
                 .contains("defer_taskrun=true single_issuer=true"),

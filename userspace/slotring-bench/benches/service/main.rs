@@ -1,8 +1,8 @@
-//! `cargo xtask bench service`: the object server example
-//! (`examples/object_server.rs`) in its three variants — `slotring`
+//! `cargo xtask bench service`: slotring-uring's object server example
+//! (`slotring-uring/examples/object_server.rs`) in its three variants — `slotring`
 //! (`SharedEngine`, one disk throttler, page-cache hits free), `tokio-fs`
 //! (unthrottled) and `tokio-fs-governor` (a `governor` limiter per read) —
-//! driven by `wrk` (a Debian package; `examples/wrk/latency.lua` picks
+//! driven by `wrk` (a Debian package; `latency.lua` beside this file picks
 //! random 64 KiB ranges and prints latency percentiles), on a hot set
 //! (in the page cache) and a cold set (evicted before each run, limited to
 //! 64 MiB/s), at 1, 64 and 1,024 connections. Each run starts a fresh server
@@ -14,7 +14,7 @@
     dead_code,
     reason = "the bench uses the example's main and Config, not all of it"
 )]
-#[path = "../examples/object_server.rs"]
+#[path = "../../../slotring-uring/examples/object_server.rs"]
 mod object_server;
 
 use std::collections::HashMap;
@@ -27,17 +27,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use slotring_benchkit::{Report, median};
+use slotring_benchkit::{Report, disk_dir, median};
 
 const SERVER_ENV: &str = "SLOTRING_BENCH_OBJECT_SERVER";
 const SIZE: u64 = 1 << 20;
 const CHUNK: u64 = 64 << 10;
 const HOT_OBJECTS: u64 = 64;
 /// 4 GiB: an 8 s run at 64 MiB/s reads 12 % of it, so the set stays cold
-/// and the disk rate is a steady state. With 1 GiB (half of it read in by
-/// the end of a run) the page-cache share, and with it the refunds, grew
-/// through the run, and the disk trailed the limit by 1.0-1.2 % at 1,024
-/// connections (see ARCHITECTURE.md, service).
+/// and the disk rate is a steady state. A smaller set (1 GiB, half of it
+/// read in by the end of a run) has a page-cache share, and with it
+/// refunds, that grow through the run, and the disk trails the limit at
+/// 1,024 connections.
 const COLD_OBJECTS: u64 = 4096;
 const RATE: u64 = 64 << 20;
 const HOT_SECS: u64 = 5;
@@ -53,18 +53,6 @@ const VARIANTS: [(&str, &str); 3] = [
     ("tokiofs", "tokio-fs"),
     ("governor", "tokio-fs-governor"),
 ];
-
-fn disk_dir() -> PathBuf {
-    for cand in [PathBuf::from("/var/tmp"), std::env::temp_dir()] {
-        if let Ok(st) = nix::sys::statfs::statfs(&cand) {
-            let magic = st.filesystem_type().0;
-            if magic != 0x0102_1994 && magic != 0x8584_58f6 {
-                return cand;
-            }
-        }
-    }
-    std::env::current_dir().expect("cwd")
-}
 
 fn make_set(dir: &Path, objects: u64) {
     std::fs::create_dir_all(dir).unwrap();
@@ -226,7 +214,7 @@ fn run(dir: &Path, objects: u64, variant: &str, rate: u64, conns: u32, secs: u64
             out
         })
     };
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/wrk/latency.lua");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/service/latency.lua");
     let out = Command::new("wrk")
         // wrk wants at least one connection per thread.
         .arg(format!("-t{}", conns.min(2)))
@@ -306,32 +294,22 @@ fn server_main() {
     }
 }
 
-fn main() {
-    if std::env::var_os(SERVER_ENV).is_some() {
-        return server_main();
-    }
-    // 1,024 connections on each side of loopback.
-    let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        .expect("RLIMIT_NOFILE");
-    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard)
-        .expect("raise RLIMIT_NOFILE");
-    assert!(
-        Command::new("wrk").arg("--version").output().is_ok(),
-        "wrk is missing: apt-get install -y wrk"
-    );
-    let root = disk_dir().join(format!("slotring-service-bench-{}", std::process::id()));
-    let _cleanup = RemoveOnDrop(root.clone());
-    let (hot, cold) = (root.join("hot"), root.join("cold"));
-    eprintln!("creating the data sets under {} ...", root.display());
-    make_set(&hot, HOT_OBJECTS);
-    make_set(&cold, COLD_OBJECTS);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    eprintln!("load average before: {load}");
+/// Every run of the suite: `(set, variant key, connections)` → its run;
+/// the hot 64-connection runs of every round per variant; the half-warm
+/// cold set's runs.
+struct Runs {
+    runs: HashMap<(String, &'static str, u32), Run>,
+    hot64: HashMap<&'static str, Vec<Run>>,
+    partial: HashMap<&'static str, Run>,
+}
 
-    let mut runs: HashMap<(String, &str, u32), Run> = HashMap::new();
+/// Every variant at every connection count, on the hot set (warmed) and
+/// the cold one (evicted) before each run.
+fn every_run(hot: &Path, cold: &Path) -> HashMap<(String, &'static str, u32), Run> {
+    let mut runs = HashMap::new();
     for (set, dir, objects, secs) in [
-        ("hot", &hot, HOT_OBJECTS, HOT_SECS),
-        ("cold", &cold, COLD_OBJECTS, COLD_SECS),
+        ("hot", hot, HOT_OBJECTS, HOT_SECS),
+        ("cold", cold, COLD_OBJECTS, COLD_SECS),
     ] {
         for conns in CONNS {
             for (key, variant) in VARIANTS {
@@ -346,6 +324,12 @@ fn main() {
             }
         }
     }
+    runs
+}
+
+/// Run the suite on the data sets `hot` and `cold`.
+fn measure(hot: &Path, cold: &Path) -> Runs {
+    let runs = every_run(hot, cold);
     // The headline comparison (hot, 64 connections) again, in interleaved
     // rounds: the machine is shared, and a neighbour's burst must not decide
     // it. The keys take the median over all rounds.
@@ -355,8 +339,8 @@ fn main() {
     }
     for _ in 0..HOT_ROUNDS - 1 {
         for (key, variant) in VARIANTS {
-            warm(&hot, HOT_OBJECTS);
-            let r = run(&hot, HOT_OBJECTS, variant, RATE, 64, HOT_SECS);
+            warm(hot, HOT_OBJECTS);
+            let r = run(hot, HOT_OBJECTS, variant, RATE, 64, HOT_SECS);
             eprintln!(" hot {variant:<18} c64 (round) {r:?}");
             hot64.get_mut(key).expect("every variant").push(r);
         }
@@ -364,14 +348,22 @@ fn main() {
     // A warm-but-partial set: half of the cold set in the page cache.
     let mut partial = HashMap::new();
     for (key, variant) in [VARIANTS[0], VARIANTS[2]] {
-        evict(&cold, COLD_OBJECTS);
-        warm(&cold, COLD_OBJECTS / 2);
-        let r = run(&cold, COLD_OBJECTS, variant, RATE, 64, COLD_SECS);
+        evict(cold, COLD_OBJECTS);
+        warm(cold, COLD_OBJECTS / 2);
+        let r = run(cold, COLD_OBJECTS, variant, RATE, 64, COLD_SECS);
         eprintln!("partial {variant:<18} c64 {r:?}");
         partial.insert(key, r);
     }
-    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    Runs {
+        runs,
+        hot64,
+        partial,
+    }
+}
 
+/// Every run side by side, then the half-warm runs and the load averages.
+fn print_table(m: &Runs, load: &str, load_after: &str) {
+    let (runs, partial) = (&m.runs, &m.partial);
     println!(
         "\nservice: every run side by side (rate limit {} MiB/s for slotring and governor)",
         RATE >> 20
@@ -417,7 +409,7 @@ fn main() {
             r.refunded as f64 / (1 << 20) as f64
         );
     }
-    for (k, r) in &partial {
+    for (k, r) in partial {
         let free =
             100.0 * (r.served.saturating_sub(r.disk_charged)) as f64 / r.served.max(1) as f64;
         println!(
@@ -429,11 +421,13 @@ fn main() {
         );
     }
     println!("load average before: {}after: {}", load, load_after);
+}
 
-    let mut report = Report::new("service");
-    let g = |s: &str, v: &'static str, c: u32| runs[&(s.to_string(), v, c)].clone();
+/// The hot 64-connection keys (median of the rounds; governor's rounds
+/// are printed only).
+fn hot_keys(report: &mut Report, m: &Runs) {
     for (key, _) in VARIANTS {
-        let rs = &hot64[key];
+        let rs = &m.hot64[key];
         let mut rps: Vec<f64> = rs.iter().map(|r| r.rps).collect();
         let mut p99: Vec<f64> = rs.iter().map(|r| r.p99_ms).collect();
         let (rps, p99) = (median(&mut rps), median(&mut p99));
@@ -456,6 +450,12 @@ fn main() {
             "hot set, 64 connections, p99 ms (wrk), median of rounds",
         );
     }
+}
+
+/// The cold set's, the servers' costs and the half-warm set's keys.
+fn other_keys(report: &mut Report, m: &Runs) {
+    let runs = &m.runs;
+    let g = |s: &str, v: &'static str, c: u32| runs[&(s.to_string(), v, c)].clone();
     for v in ["slotring", "governor"] {
         // The sustained disk rate of the cold runs at 64 and 1,024
         // connections (at 1 the load cannot fill the limit).
@@ -499,11 +499,40 @@ fn main() {
             "peak RSS MB, cold, 1,024 connections",
         );
     }
-    let p = &partial["slotring"];
+    let p = &m.partial["slotring"];
     report.put(
         "svc_pagecache_bytes_free_pct_slotring",
         100.0 * p.served.saturating_sub(p.disk_charged) as f64 / p.served.max(1) as f64,
         "half the cold set warm: share of served bytes not charged to the disk, %",
     );
+}
+
+fn main() {
+    if std::env::var_os(SERVER_ENV).is_some() {
+        return server_main();
+    }
+    // 1,024 connections on each side of loopback.
+    let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .expect("RLIMIT_NOFILE");
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard)
+        .expect("raise RLIMIT_NOFILE");
+    assert!(
+        Command::new("wrk").arg("--version").output().is_ok(),
+        "wrk is missing: apt-get install -y wrk"
+    );
+    let root = disk_dir().join(format!("slotring-service-bench-{}", std::process::id()));
+    let _cleanup = RemoveOnDrop(root.clone());
+    let (hot, cold) = (root.join("hot"), root.join("cold"));
+    eprintln!("creating the data sets under {} ...", root.display());
+    make_set(&hot, HOT_OBJECTS);
+    make_set(&cold, COLD_OBJECTS);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!("load average before: {load}");
+    let m = measure(&hot, &cold);
+    let load_after = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    print_table(&m, &load, &load_after);
+    let mut report = Report::new("service");
+    hot_keys(&mut report, &m);
+    other_keys(&mut report, &m);
     report.finish().expect("write the report");
 }

@@ -741,7 +741,9 @@ fn slotring_run(adaptive: bool) -> Value {
         "/sys/fs/bpf/slotring-bench-adaptive-{}-{adaptive}",
         std::process::id()
     );
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_slotring"));
+    let mut cmd = Command::new(slotring_bin());
+    // The command refuses SLOTRING_* variables that are not its settings.
+    cmd.env_remove("SLOTRING_BIN");
     cmd.args(["run", "--duration", "15s", "--json", "--no-progress"])
         .args(["--listen", "", "--pin-dir", &pins])
         .arg(if adaptive {
@@ -759,36 +761,44 @@ fn slotring_run(adaptive: bool) -> Value {
     serde_json::from_slice(&out.stdout).expect("JSON report")
 }
 
+/// The `slotring` command, which `cargo xtask bench adaptive` builds with
+/// the bench profile first: `$SLOTRING_BIN`, else `slotring` in the
+/// profile's directory of the target this bench runs from
+/// (`target/release/deps/adaptive-*` → `target/release/slotring`).
+fn slotring_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("SLOTRING_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(|dir| dir.join("slotring"));
+    match bin {
+        Some(bin) if bin.exists() => bin,
+        _ => panic!(
+            "no slotring binary beside {}: build it with \
+             `cargo build --profile bench -p slotring-cli --bin slotring` \
+             (cargo xtask bench adaptive does) or set SLOTRING_BIN",
+            exe.display()
+        ),
+    }
+}
+
 fn f(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
 }
 
-fn main() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let cg = match cgroups() {
-        Ok(c) => Some(c),
-        Err(why) => {
-            eprintln!("adaptive bench: no cgroups ({why}); running in the caller's cgroup");
-            None
-        }
-    };
-    let bpf = SlotringBpf::load(BpfConfig {
-        pin_dir: PathBuf::from(format!("/sys/fs/bpf/slotring-bench-{}", std::process::id())),
-        ..BpfConfig::default()
-    })
-    .expect("the adaptive bench needs the probes (run as root)");
-    slotring::bpf::install_lease_observer();
-    let mut report = Report::new("adaptive");
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let cg_note = cg.as_ref().map_or("none".into(), |c| c.note.clone());
-
+/// (a): the CPU-bound scans and short queries, every mode in each of
+/// [`A_ROUNDS`] rounds, and their keys.
+fn workload_a(bpf: &SlotringBpf, cores: usize, report: &mut Report) {
     // (a) CPU-bound scans + short queries: 3 rounds of 3 s per mode,
     // interleaved, so that other work on the machine meets all modes alike.
     let (mut sa, mut ca, mut aa, mut hist) = (vec![], vec![], vec![], vec![]);
     let mut yields_a = 0;
     for round in 0..A_ROUNDS {
         for mode in [Mode::Static, Mode::AtCores, Mode::Adaptive] {
-            let mut r = cpu_run(&bpf, mode, &[A_SECS], |_| {});
+            let mut r = cpu_run(bpf, mode, &[A_SECS], |_| {});
             let p = r.phases.pop().expect("one phase");
             match mode {
                 Mode::Static => sa.push(p),
@@ -856,29 +866,35 @@ fn main() {
         yields_a as f64,
         "(a) slots released by should_yield",
     );
+}
 
-    if std::env::var_os("ADAPTIVE_BENCH_ONLY").is_some_and(|v| v == "a") {
-        eprintln!("ADAPTIVE_BENCH_ONLY=a: (a) only, no JSON written");
-        return;
-    }
-
-    // (b) the hog: 3 s without, 6 s with, 3 s without.
-    let events = [3.0, 9.0, 12.0];
-    let hog_dir = |own: bool| match (&cg, own) {
+/// Where (b)'s hog runs: in a sibling cgroup of its own (`own`), else in
+/// the workload's.
+fn hog_dir(cg: Option<&Cgroups>, own: bool) -> PathBuf {
+    match (cg, own) {
         (Some(c), true) => c.hog.dir.clone(),
         (Some(c), false) => c.work.dir.clone(),
         (None, _) => PathBuf::from("/sys/fs/cgroup/cpu"),
-    };
-    let hog_run = |mode: Mode, own: bool| {
-        let mut h: Option<Hog> = None;
-        cpu_run(&bpf, mode, &events, |i| match i {
-            0 => h = Some(hog(2 * cores, &hog_dir(own))),
-            1 => h = None,
-            _ => {}
-        })
-    };
-    let mut hs = hog_run(Mode::Static, false);
-    let mut ha = hog_run(Mode::Adaptive, false);
+    }
+}
+
+/// One run of (b) in `mode`: 3 s without the hog, 6 s with, 3 s without.
+fn hog_run(bpf: &SlotringBpf, cores: usize, mode: Mode, dir: &Path) -> CpuRun {
+    let events = [3.0, 9.0, 12.0];
+    let mut h: Option<Hog> = None;
+    cpu_run(bpf, mode, &events, |i| match i {
+        0 => h = Some(hog(2 * cores, dir)),
+        1 => h = None,
+        _ => {}
+    })
+}
+
+/// (b) with the hog in the workload's cgroup, and its keys.
+fn workload_b(bpf: &SlotringBpf, cores: usize, cg: Option<&Cgroups>, report: &mut Report) {
+    // (b) the hog: 3 s without, 6 s with, 3 s without.
+    let same = hog_dir(cg, false);
+    let mut hs = hog_run(bpf, cores, Mode::Static, &same);
+    let mut ha = hog_run(bpf, cores, Mode::Adaptive, &same);
     eprintln!(
         "(b) adaptive, budget/run-queue % per window: {}",
         trace(&ha.history)
@@ -912,7 +928,7 @@ fn main() {
         &format!("(b) after the hog starts {s_on:.2} s, after it stops {s_off:.2} s (to the phase's final level, then within one slot of it; 100 ms windows)"),
     );
     // The physical floor of (b) in the same cgroup, without slotring.
-    let (floor_share, floor_p99) = physical_floor(2 * cores, &hog_dir(false));
+    let (floor_share, floor_p99) = physical_floor(2 * cores, &same);
     report.put(
         "floor_runq_share_pct_hog",
         floor_share,
@@ -937,44 +953,49 @@ fn main() {
         ha.yields as f64,
         "(b) over the whole 12 s",
     );
-    if cg.is_some() {
-        let mut os = hog_run(Mode::Static, true);
-        let mut oa = hog_run(Mode::Adaptive, true);
-        let (sp, ap) = (&mut os.phases[1], &mut oa.phases[1]);
-        report.put(
-            "static_work_per_s_hog_own_cgroup",
-            sp.work_per_s(),
-            "(b) static, hog in a sibling cgroup of equal weight",
-        );
-        report.put(
-            "adapt_work_per_s_hog_own_cgroup",
-            ap.work_per_s(),
-            "(b) adaptive, hog in a sibling cgroup",
-        );
-        report.put(
-            "static_short_p99_ms_hog_own_cgroup",
-            sp.p99(),
-            "(b) static, own cgroup",
-        );
-        report.put(
-            "adapt_short_p99_ms_hog_own_cgroup",
-            ap.p99(),
-            "(b) adaptive, own cgroup",
-        );
-        report.put(
-            "static_runq_share_pct_hog_own_cgroup",
-            sp.share_pct(),
-            "(b) static, own cgroup",
-        );
-        report.put(
-            "adapt_runq_share_pct_hog_own_cgroup",
-            ap.share_pct(),
-            "(b) adaptive, own cgroup",
-        );
-    }
+}
 
-    // (c) `slotring run`, IO-bound.
-    drop(bpf);
+/// (b) with the hog in a sibling cgroup of its own, and its keys.
+fn workload_b_own_cgroup(bpf: &SlotringBpf, cores: usize, cg: &Cgroups, report: &mut Report) {
+    let own = hog_dir(Some(cg), true);
+    let mut os = hog_run(bpf, cores, Mode::Static, &own);
+    let mut oa = hog_run(bpf, cores, Mode::Adaptive, &own);
+    let (sp, ap) = (&mut os.phases[1], &mut oa.phases[1]);
+    report.put(
+        "static_work_per_s_hog_own_cgroup",
+        sp.work_per_s(),
+        "(b) static, hog in a sibling cgroup of equal weight",
+    );
+    report.put(
+        "adapt_work_per_s_hog_own_cgroup",
+        ap.work_per_s(),
+        "(b) adaptive, hog in a sibling cgroup",
+    );
+    report.put(
+        "static_short_p99_ms_hog_own_cgroup",
+        sp.p99(),
+        "(b) static, own cgroup",
+    );
+    report.put(
+        "adapt_short_p99_ms_hog_own_cgroup",
+        ap.p99(),
+        "(b) adaptive, own cgroup",
+    );
+    report.put(
+        "static_runq_share_pct_hog_own_cgroup",
+        sp.share_pct(),
+        "(b) static, own cgroup",
+    );
+    report.put(
+        "adapt_runq_share_pct_hog_own_cgroup",
+        ap.share_pct(),
+        "(b) adaptive, own cgroup",
+    );
+}
+
+/// (c): `slotring run`, IO-bound, with and without the adaptive budget,
+/// and its keys.
+fn workload_c(report: &mut Report) {
     let st = slotring_run(false);
     let ad = slotring_run(true);
     for (k, v, what) in [
@@ -1014,6 +1035,38 @@ fn main() {
             );
         }
     }
+}
+
+fn main() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cg = match cgroups() {
+        Ok(c) => Some(c),
+        Err(why) => {
+            eprintln!("adaptive bench: no cgroups ({why}); running in the caller's cgroup");
+            None
+        }
+    };
+    let bpf = SlotringBpf::load(BpfConfig {
+        pin_dir: PathBuf::from(format!("/sys/fs/bpf/slotring-bench-{}", std::process::id())),
+        ..BpfConfig::default()
+    })
+    .expect("the adaptive bench needs the probes (run as root)");
+    slotring::bpf::install_lease_observer();
+    let mut report = Report::new("adaptive");
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let cg_note = cg.as_ref().map_or("none".into(), |c| c.note.clone());
+    workload_a(&bpf, cores, &mut report);
+    if std::env::var_os("ADAPTIVE_BENCH_ONLY").is_some_and(|v| v == "a") {
+        eprintln!("ADAPTIVE_BENCH_ONLY=a: (a) only, no JSON written");
+        return;
+    }
+    workload_b(&bpf, cores, cg.as_ref(), &mut report);
+    if let Some(c) = &cg {
+        workload_b_own_cgroup(&bpf, cores, c, &mut report);
+    }
+    // (c) `slotring run`, IO-bound.
+    drop(bpf);
+    workload_c(&mut report);
     let end = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!(
         "machine: load average {} at the start, {} at the end; cgroups: {cg_note}",

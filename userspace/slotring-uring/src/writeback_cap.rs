@@ -9,7 +9,7 @@
 //! WAIT_AFTER)` returned). A piece waiting for its turn holds no room: a
 //! booked piece is not on its way to the device yet (on the ring, room is
 //! taken at the expiry of the piece's standalone timeout; in the caller's
-//! thread, `pread::ThreadIo`, after the piece's charge has slept and before
+//! thread, `thread_io::ThreadIo`, after the piece's charge has slept and before
 //! its `pwrite`). Every request that charges a
 //! rate-limited block-device throttler `T` of rate `r` shares one
 //! [`WritebackCap`] of `T`, whatever ring or engine it runs on:

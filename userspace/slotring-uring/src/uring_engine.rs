@@ -35,7 +35,7 @@
 //! (page-cache hits, NOWAIT probes and misses, unthrottled reads and
 //! writes) parks nothing. The ticket API ([`UringEngine::submit_read`],
 //! [`UringEngine::wait`], [`UringEngine::wait_any`]) never parks and keeps
-//! every wait linked; the tokio [`crate::AsyncEngine`] parks nothing either
+//! every wait linked; the tokio [`crate::LocalEngine`] parks nothing either
 //! (a task holds no thread).
 //!
 //! # Paced writes
@@ -57,7 +57,7 @@
 //! writeback must complete), and held during the copy and the device's
 //! writeback of its own pieces. A write longer than the ring takes in one
 //! request goes to the ring and fails there, whatever is in flight. The
-//! ticket API and [`crate::AsyncEngine`] keep the ring's paced path
+//! ticket API and [`crate::LocalEngine`] keep the ring's paced path
 //! (linked write and writeback SQEs): they never block their caller's
 //! thread on IO. [`crate::SharedEngine`] runs the same `ThreadIo` code on
 //! tokio's blocking pool (see its module docs).
@@ -68,14 +68,15 @@ use std::time::Duration;
 
 use slotring_throttle::{LeaseParked, ThrottlePtr, park_current_lease};
 
-use crate::core::{Core, PreIoWait, Release, Submit};
 use crate::counters::UringCounters;
 use crate::engine::{IoEngine, RingConfig};
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
 use crate::policy::Op;
 #[cfg(doc)]
-use crate::pread::PreadEngine;
+use crate::pread_engine::PreadEngine;
+use crate::ring_core::{PreIoWait, Release, RingCore, Submit};
+use crate::route::{self, Offer, Route};
 use crate::sys::{RealSyscalls, SlotId, Syscalls};
 
 /// Names a submitted request of a [`UringEngine`].
@@ -118,7 +119,7 @@ pub struct Completion {
 /// `ASYNC_CANCEL` also goes out behind the IO): an unthrottled
 /// `submit_*` is a commitment to issue the IO.
 pub struct UringEngine {
-    core: Core,
+    core: RingCore,
     /// Cancels the paced writes done in the caller's thread
     /// ([`IoEngine::cancel_paced_writes_on`]).
     cancel: Option<Arc<AtomicBool>>,
@@ -147,7 +148,7 @@ impl UringEngine {
 
     pub(crate) fn on(cfg: &RingConfig, sys: Box<dyn Syscalls>) -> Result<Self, UringError> {
         Ok(Self {
-            core: Core::new(sys, &cfg.setup()?, cfg.policy)?,
+            core: RingCore::new(sys, &cfg.setup()?, cfg.policy)?,
             cancel: None,
         })
     }
@@ -162,15 +163,7 @@ impl UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> Ticket {
-        let s = Submit::new(
-            Op::Read,
-            file,
-            offset,
-            throttle,
-            max_block,
-            PreIoWait::Linked,
-        );
-        Ticket(self.core.submit(s, buf))
+        self.ticket(Op::Read, file, buf, offset, throttle, max_block)
     }
 
     /// Start a write of `buf` at `offset`.
@@ -182,8 +175,31 @@ impl UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> Ticket {
+        self.ticket(Op::Write, file, buf, offset, throttle, max_block)
+    }
+
+    /// A request of the ticket API: always the ring ([`Route::Ring`]), its
+    /// waits linked to its IO.
+    fn ticket(
+        &mut self,
+        op: Op,
+        file: &Arc<UringFile>,
+        buf: Vec<u8>,
+        offset: u64,
+        throttle: Option<&ThrottlePtr>,
+        max_block: Duration,
+    ) -> Ticket {
+        let route = route::route(
+            self.core.policy(),
+            Offer::RING,
+            op,
+            file,
+            throttle,
+            buf.len(),
+        );
         let s = Submit::new(
-            Op::Write,
+            route.plan(),
+            op,
             file,
             offset,
             throttle,
@@ -363,7 +379,19 @@ impl IoEngine for UringEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
+        // A read always takes the ring (`Route::Ring`); only a write
+        // is offered this thread.
+        let route = route::route(
+            self.core.policy(),
+            Offer::RING,
+            Op::Read,
+            file,
+            throttle,
+            buf.len(),
+        );
+        let plan = route.plan();
         let s = Submit::new(
+            plan,
             Op::Read,
             file,
             offset,
@@ -386,14 +414,29 @@ impl IoEngine for UringEngine {
         // engine does it, when nothing else is in flight on the ring (whose
         // completions this thread would not reap meanwhile). See the module
         // docs, "Paced writes".
-        if self.core.writes_in_thread(file, throttle, buf.len()) {
-            let cancel = self.cancel.clone();
-            let mut io = self.core.thread_io();
-            io.cancel = cancel.as_deref();
-            let r = io.write(file, &buf, offset, throttle, max_block);
-            return (r, buf);
-        }
+        let offer = Offer {
+            paced_thread: self.core.in_flight() == 0,
+            ..Offer::RING
+        };
+        let plan = match route::route(
+            self.core.policy(),
+            offer,
+            Op::Write,
+            file,
+            throttle,
+            buf.len(),
+        ) {
+            Route::PacedThread(plan) => {
+                let cancel = self.cancel.clone();
+                let mut io = self.core.thread_io();
+                io.cancel = cancel.as_deref();
+                let r = io.write(plan, file, &buf, offset, throttle, max_block);
+                return (r, buf);
+            }
+            other => other.plan(),
+        };
         let s = Submit::new(
+            plan,
             Op::Write,
             file,
             offset,

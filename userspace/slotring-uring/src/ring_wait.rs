@@ -13,8 +13,7 @@
 //! with `hrtimer_set_expires_range_ns(.., 0)`), which is what a ring wait
 //! saves over a nanosleep's 50 µs default slack; the rest of the overshoot
 //! is the machine's wake-up latency, common to both. Every configuration
-//! is measured side by side in `cargo xtask bench wait` (table in
-//! ARCHITECTURE.md). If the clock (`CLOCK_MONOTONIC_RAW`, which NTP does
+//! is measured side by side by `cargo xtask bench wait`. If the clock (`CLOCK_MONOTONIC_RAW`, which NTP does
 //! not slew) still reads short of the deadline after the ring's wait, the
 //! rest is waited on the ring too (a nanosleep would add its slack).
 //!
@@ -31,15 +30,14 @@ use nix::errno::Errno;
 use slotring_throttle::{Clock, WaitStrategy, park_current_lease};
 
 use crate::error::UringError;
-use crate::sys::{Cqe, RealSyscalls, Ring, SetupParams, Syscalls, monotonic_now_ns};
-
-/// Makes the syscall seam of a thread's ring.
-type SysFactory = Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync>;
+use crate::sys::{
+    Cqe, LendingRing, RealSyscalls, SetupParams, SysFactory, Syscalls, monotonic_now_ns,
+};
 
 /// How a [`RingWait`] waits. The default ([`RingWaitConfig::DEFAULT`]) is
-/// the configuration that overshot least in `cargo xtask bench wait` (see
-/// ARCHITECTURE.md): the enter's own timeout, woken
-/// [`DEFAULT_ADVANCE`] early.
+/// the configuration that overshoots least in `cargo xtask bench wait`: the
+/// enter's own timeout, woken 20 µs early
+/// ([`RingWaitConfig::advance`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RingWaitConfig {
     /// Sleep on `io_uring_enter`'s absolute `EXT_ARG` timeout (no SQE; the
@@ -61,14 +59,14 @@ pub struct RingWaitConfig {
 }
 
 /// How much earlier than the deadline the default configuration wakes:
-/// less than this machine's median wake-up latency without timer slack
-/// (35–50 µs in `cargo xtask bench wait`), so the spin after it is usually
+/// less than the median wake-up latency without timer slack that
+/// `cargo xtask bench wait` reports, so the spin after it is usually
 /// nothing and at most this long.
 pub const DEFAULT_ADVANCE: Duration = Duration::from_micros(20);
 
 impl RingWaitConfig {
-    /// The default: [`RingWaitConfig::enter_timeout`], woken
-    /// [`DEFAULT_ADVANCE`] early, on a plain ring.
+    /// The default: [`RingWaitConfig::enter_timeout`], woken 20 µs early
+    /// ([`RingWaitConfig::advance`]), on a plain ring.
     pub const DEFAULT: Self = Self {
         enter_timeout: true,
         coop_taskrun: false,
@@ -76,8 +74,8 @@ impl RingWaitConfig {
         advance: DEFAULT_ADVANCE,
     };
 
-    /// The `IORING_OP_TIMEOUT` SQE on a plain ring, no advance (the first
-    /// design, kept for comparison).
+    /// The `IORING_OP_TIMEOUT` SQE on a plain ring, no advance (what the
+    /// default is measured against in `cargo xtask bench wait`).
     pub const TIMEOUT_SQE: Self = Self {
         enter_timeout: false,
         coop_taskrun: false,
@@ -117,7 +115,7 @@ impl std::fmt::Debug for RingWait {
 /// A thread's ring and the set-up it was made with.
 struct ThreadRing {
     setup: SetupParams,
-    ring: Result<Ring<()>, ()>,
+    ring: Result<LendingRing<()>, ()>,
 }
 
 thread_local! {
@@ -171,7 +169,7 @@ impl RingWait {
             let mut r = r.borrow_mut();
             match r.as_ref() {
                 Some(t) if t.setup == setup && t.ring.is_ok() => Ok(()),
-                _ => match Ring::new((w.sys)(), &setup) {
+                _ => match LendingRing::new((w.sys)(), &setup) {
                     Ok(ring) => {
                         *r = Some(ThreadRing {
                             setup,
@@ -198,7 +196,7 @@ impl RingWait {
         RING.with(|cell| {
             let mut cell = cell.borrow_mut();
             if cell.as_ref().is_none_or(|t| t.setup != setup) {
-                let ring = Ring::new((self.sys)(), &setup).map_err(|e| {
+                let ring = LendingRing::new((self.sys)(), &setup).map_err(|e| {
                     let why = UringError::unavailable(e);
                     let msg = match std::error::Error::source(&why) {
                         Some(os) => format!("{why}: {os}"),

@@ -1,7 +1,9 @@
-//! The fallback engine where io_uring is unavailable: [`PreadEngine`],
-//! ClickHouse's method — `preadv2(RWF_NOWAIT)`, then `pread` for the rest —
-//! charging after the read with the policy of `policy.rs` and sleeping with
-//! the CPU lease parked.
+//! [`ThreadIo`]: IO that a thread does itself, in blocking syscalls
+//! through the seam — every request of the `pread` engine
+//! ([`crate::PreadEngine`]: ClickHouse's method, `preadv2(RWF_NOWAIT)`, then
+//! `pread` for the rest, charging after the read with the policy of
+//! `policy.rs` and sleeping with the CPU lease parked), and the paced writes
+//! that a thread of the ring's engines does itself.
 
 use std::collections::VecDeque;
 use std::io;
@@ -12,31 +14,14 @@ use std::time::Duration;
 
 use slotring_throttle::{Source, ThrottlePtr, park_current_lease, sleep_abs_monotonic};
 
-use crate::cap::CapHold;
 use crate::counters::UringCounters;
-use crate::engine::{CANCEL_POLL, IoEngine};
-use crate::error::{BufResult, UringError};
+use crate::engine::CANCEL_POLL;
+use crate::error::UringError;
 use crate::file::UringFile;
-use crate::policy::{self, Op, Policy, Route, WRITEBACK_PIECE, Writeback};
-use crate::sys::{RealSyscalls, Syscalls, monotonic_now_ns};
-
-/// The fallback engine: `preadv2(RWF_NOWAIT)` then `pread` (ClickHouse's
-/// method), charging after the read and sleeping with the CPU lease parked.
-pub struct PreadEngine {
-    sys: Box<dyn Syscalls>,
-    policy: Policy,
-    counters: UringCounters,
-    /// Cancels the paced writes ([`IoEngine::cancel_paced_writes_on`]).
-    cancel: Option<Arc<AtomicBool>>,
-}
-
-impl std::fmt::Debug for PreadEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PreadEngine")
-            .field("policy", &self.policy)
-            .finish()
-    }
-}
+use crate::policy::{self, Charge, Op, Policy, WRITEBACK_PIECE};
+use crate::route::Plan;
+use crate::sys::{Syscalls, monotonic_now_ns};
+use crate::writeback_cap::CapHold;
 
 /// Wakes a thread parked for room under a writeback cap.
 struct Unpark(std::thread::Thread);
@@ -58,39 +43,8 @@ enum Served {
     Memory,
 }
 
-impl PreadEngine {
-    /// On the real kernel.
-    pub fn new(policy: Policy) -> Self {
-        Self::on(policy, Box::new(RealSyscalls))
-    }
-
-    /// Every syscall through `sys` (feature `test-util`: fault injection).
-    #[cfg(feature = "test-util")]
-    pub fn with_syscalls(policy: Policy, sys: Box<dyn Syscalls>) -> Self {
-        Self::on(policy, sys)
-    }
-
-    pub(crate) fn on(policy: Policy, sys: Box<dyn Syscalls>) -> Self {
-        Self {
-            sys,
-            policy,
-            counters: UringCounters::default(),
-            cancel: None,
-        }
-    }
-
-    fn io(&mut self) -> ThreadIo<'_> {
-        ThreadIo {
-            sys: self.sys.as_mut(),
-            policy: self.policy,
-            counters: &mut self.counters,
-            cancel: self.cancel.as_deref(),
-        }
-    }
-}
-
 /// IO that the calling thread does itself, in blocking syscalls through
-/// the seam: every request of a [`PreadEngine`], the paced writes of
+/// the seam: every request of a [`PreadEngine`](crate::PreadEngine), the paced writes of
 /// the ring's blocking front end ([`crate::UringEngine`]), whose caller
 /// waits anyway (a paced piece on the ring costs an io-wq worker's sleeps
 /// and wake-ups: ext4's buffered write has no async path, and
@@ -103,10 +57,10 @@ pub(crate) struct ThreadIo<'a> {
     pub(crate) counters: &'a mut UringCounters,
     /// Set when nobody waits for the request any more (the async front
     /// end's future was dropped, or the flag of
-    /// [`IoEngine::cancel_paced_writes_on`] was set): a paced write books
-    /// no further piece, and its waits look at it every [`CANCEL_POLL`].
-    /// Read with `Relaxed`: it carries no data, and a late look costs at
-    /// most one slice of a wait.
+    /// [`IoEngine::cancel_paced_writes_on`](crate::IoEngine::cancel_paced_writes_on)
+    /// was set): a paced write books no further piece, and its waits look
+    /// at it every [`CANCEL_POLL`]. Read with `Relaxed`: it carries no
+    /// data, and a late look costs at most one slice of a wait.
     pub(crate) cancel: Option<&'a AtomicBool>,
 }
 
@@ -174,9 +128,9 @@ impl ThreadIo<'_> {
                 Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                     let mode = policy::after_nowait_unsupported(self.sys.fs_is_memory(fd));
                     file.set_nowait_mode(mode);
-                    return Ok(match Route::from(mode) {
-                        Route::PageCache => Served::Memory,
-                        Route::Device | Route::Probe => Served::CachedPrefix(0),
+                    return Ok(match Charge::from(mode) {
+                        Charge::PageCache => Served::Memory,
+                        Charge::Device | Charge::Probe => Served::CachedPrefix(0),
                     });
                 }
                 Err(source) => {
@@ -191,8 +145,12 @@ impl ThreadIo<'_> {
         }
     }
 
+    /// Read up to `buf.len()` bytes at `offset`, charged after the read as
+    /// `plan` says (a probe settled by the disk-rate guard's `cachestat`
+    /// or by a `RWF_NOWAIT` read); the bytes read (fewer only at EOF).
     pub(crate) fn read(
         &mut self,
+        plan: Plan,
         file: &Arc<UringFile>,
         buf: &mut [u8],
         offset: u64,
@@ -204,18 +162,18 @@ impl ThreadIo<'_> {
         if len == 0 {
             return Ok(0);
         }
-        let served = match self.policy.route(Op::Read, file, throttle) {
-            Route::Device => Served::CachedPrefix(0),
-            Route::PageCache => Served::Memory,
-            Route::Probe if self.policy.guard_engaged(throttle, len as u64) => {
+        let served = match plan.charge {
+            Charge::Device => Served::CachedPrefix(0),
+            Charge::PageCache => Served::Memory,
+            Charge::Probe if self.policy.guard_engaged(throttle, len as u64) => {
                 self.counters.cachestat_checks += 1;
                 let stat = self.sys.cachestat(fd, offset, len as u64);
-                match policy::cachestat_route(stat, offset, len as u64) {
-                    Route::PageCache => Served::Memory,
-                    Route::Device | Route::Probe => Served::CachedPrefix(0),
+                match policy::cachestat_charge(stat, offset, len as u64) {
+                    Charge::PageCache => Served::Memory,
+                    Charge::Device | Charge::Probe => Served::CachedPrefix(0),
                 }
             }
-            Route::Probe => match self.probe(file, buf, offset)? {
+            Charge::Probe => match self.probe(file, buf, offset)? {
                 // At or past the known end (where even a memory file
                 // answers nothing), nothing is charged as page cache.
                 Served::Memory if file.size_hint() <= offset => Served::CachedPrefix(0),
@@ -312,8 +270,8 @@ impl ThreadIo<'_> {
         Ok(())
     }
 
-    /// `pwrite` all of `buf` at `offset`. A paced write
-    /// ([`Writeback::Paced`]) goes in pieces of at most [`WRITEBACK_PIECE`]
+    /// `pwrite` all of `buf` at `offset`. A paced write (`plan`'s
+    /// [`Writeback::Paced`](crate::policy::Writeback::Paced)) goes in pieces of at most [`WRITEBACK_PIECE`]
     /// bytes, each charged (and waiting for its turn) before its `pwrite`,
     /// then taking its room under the caps, and followed by the start of its
     /// writeback (`sync_file_range(SYNC_FILE_RANGE_WRITE)`), by waiting for
@@ -325,14 +283,15 @@ impl ThreadIo<'_> {
     /// names the file, the offset reached and the bytes written before it
     /// (which are counted in `write_bytes`). A paced write whose `cancel`
     /// is set stops before its next piece's `pwrite` (looked at before the
-    /// piece is booked, every [`CANCEL_POLL`] while it waits for its turn,
-    /// its room or its pacer's slot, and after each of those waits), waits
-    /// for the device to complete the pieces it wrote, and ends as [`UringError::Cancelled`] (its pieces count in
+    /// piece is booked, when its turn has come, and when it has its room
+    /// and its pacer's slot), waits for the device to complete the pieces
+    /// it wrote, and ends as [`UringError::Cancelled`] (its pieces count in
     /// `paced_bytes`, none in `write_bytes`: nobody is told of them, as for
     /// a cancelled request on the ring; a piece booked and then not written
     /// keeps its booking, as on the ring).
     pub(crate) fn write(
         &mut self,
+        plan: Plan,
         file: &Arc<UringFile>,
         buf: &[u8],
         offset: u64,
@@ -340,8 +299,8 @@ impl ThreadIo<'_> {
         max_block: Duration,
     ) -> Result<usize, UringError> {
         let fd = file.fd();
-        let paced = self.policy.writeback(Op::Write, file, throttle) == Writeback::Paced;
-        let in_memory = self.policy.route(Op::Write, file, throttle) == Route::PageCache;
+        let paced = plan.paced();
+        let in_memory = plan.charge == Charge::PageCache;
         let piece = if paced {
             WRITEBACK_PIECE as usize
         } else {
@@ -371,15 +330,15 @@ impl ThreadIo<'_> {
             // What the piece is charged (a write moves all of it or fails).
             let n = (end - done) as u64;
             let (pc, disk) = if in_memory { (n, 0) } else { (0, n) };
-            // A paced piece goes as the ring's does (`Core::issue_paced`):
+            // A paced piece goes as the ring's does (`RingCore::issue_paced`):
             // charged, and waiting for its turn in the bucket, before its
             // `pwrite` (its size is known), holding no room; then it takes
             // its room under the caps; then it passes the catch-up pacer,
             // so that pieces whose turns passed while the device held the
             // writers back go out spaced, not at once. Charged after its
-            // `pwrite` (as a read is) and paced before its room, eight
-            // writers put 1.41-1.48x the limit into a 100 ms window after
-            // a stall of the device (measured).
+            // `pwrite` (as a read is), or paced before its room, eight
+            // writers put up to half as much again as the limit into a
+            // 100 ms window after a stall of the device.
             if paced {
                 Self::book(throttle, max_block, pc, disk)
                     .and_then(|delay| self.sleep_unless_cancelled(delay))
@@ -558,44 +517,5 @@ fn clock_failed(e: nix::errno::Errno) -> UringError {
     UringError::Ring {
         what: "clock_nanosleep",
         source: io::Error::from(e),
-    }
-}
-
-impl IoEngine for PreadEngine {
-    fn read_at(
-        &mut self,
-        file: &Arc<UringFile>,
-        mut buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<&ThrottlePtr>,
-        max_block: Duration,
-    ) -> BufResult<usize, Vec<u8>> {
-        let r = self.io().read(file, &mut buf, offset, throttle, max_block);
-        (r, buf)
-    }
-
-    fn write_at(
-        &mut self,
-        file: &Arc<UringFile>,
-        buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<&ThrottlePtr>,
-        max_block: Duration,
-    ) -> BufResult<usize, Vec<u8>> {
-        let r = self.io().write(file, &buf, offset, throttle, max_block);
-        (r, buf)
-    }
-
-    fn counters(&self) -> UringCounters {
-        self.counters
-    }
-
-    fn kind(&self) -> &'static str {
-        "pread"
-    }
-
-    fn cancel_paced_writes_on(&mut self, flag: Arc<AtomicBool>) -> bool {
-        self.cancel = Some(flag);
-        true
     }
 }

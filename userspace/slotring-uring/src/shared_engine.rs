@@ -4,20 +4,19 @@
 //! # Design
 //!
 //! A few rings ([`SharedConfig::rings`], by default one per CPU), each a
-//! [`Core`] behind a `std::sync::Mutex` (held only for a non-blocking reap +
-//! submit, never across an `await`). A request goes to the ring of the
+//! `RingCore` behind a `std::sync::Mutex` (held only for a non-blocking
+//! reap + submit, never across an `await`). A request goes to the ring of the
 //! worker thread that submits it (a thread-local index assigned round-robin
 //! on first use), so on the multi-thread runtime each worker mostly submits
 //! to its own ring and the mutexes are uncontended; a task that migrates to
 //! another worker keeps polling its request's ring.
 //!
 //! Completions reach the task's `Waker` in one of two ways
-//! ([`Reaper`]), both measured in `cargo xtask bench uring` (see
-//! ARCHITECTURE.md for the numbers):
+//! ([`Reaper`]), both measured side by side by `cargo xtask bench uring`:
 //!
 //! * [`Reaper::Reactor`] (the default): an eventfd registered with the ring
 //!   and watched by tokio's reactor through `AsyncFd`, as in
-//!   [`crate::AsyncEngine`]: whichever waiting request polled last holds the
+//!   [`crate::LocalEngine`]: whichever waiting request polled last holds the
 //!   eventfd's read registration (the "pump"), reaps for everybody when it
 //!   fires and wakes the requests it completed; a pump that finishes or is
 //!   dropped hands the duty to another waiting request by waking it. The
@@ -34,13 +33,13 @@
 //! [`crate::Policy::pace_writeback`] on) goes, by default
 //! ([`PacedWrites::BlockingPool`]), to tokio's blocking pool, where one
 //! thread does what the blocking front end does in its caller's thread
-//! (`pread::ThreadIo`): it sleeps for each piece's turn, `pwrite`s it,
+//! (`thread_io::ThreadIo`): it sleeps for each piece's turn, `pwrite`s it,
 //! starts its writeback with `sync_file_range(2)`, and waits for the device
 //! at the writeback depth. On the ring the same write costs an io-wq worker
 //! two sleeps and wake-ups per piece and the task a wake-up more (ext4 has
 //! no async buffered write, so io_uring runs the copy on io-wq anyway, and
-//! `IORING_OP_SYNC_FILE_RANGE` always runs there): measured in ARCHITECTURE
-//! ("CPU per GiB, a sixth time"). The price is a pool thread held for the
+//! `IORING_OP_SYNC_FILE_RANGE` always runs there; `cargo xtask bench write`
+//! measures both ways). The price is a pool thread held for the
 //! write's whole life, its turns included, and a handoff per request. So
 //! at most `at_once` paced writes of an engine run on the pool (tokio's
 //! pool has 512 threads by default, shared with the application's own
@@ -58,7 +57,7 @@
 //!
 //! Dropping a request's future cancels it. On a ring the request becomes
 //! `Ignored`, and its buffer stays with the ring until the last CQE of its
-//! chain arrives (see `core.rs`). On the blocking pool the call keeps its
+//! chain arrives (see `ring_core`). On the blocking pool the call keeps its
 //! buffer until it returns: a paced write writes no piece after the drop
 //! beyond the one it may be writing (it looks before each piece is booked,
 //! after its turn, and after its room and pacer), waits for the device to
@@ -67,35 +66,33 @@
 //! its last look. [`SharedEngine::in_flight`] counts such calls until they
 //! return.
 //!
-//! # Memory ordering
+//! # Where the parts live
 //!
-//! The counter that hands out thread indices is `Relaxed` (any distinct
-//! value will do), and so is a blocking call's cancel flag (it carries no
-//! data; a late look costs one piece). The count of blocking calls is
-//! decremented with `Release` after the call's counters are merged and its
-//! room under the writeback caps is given back, and read with `Acquire`, so
-//! that whoever sees it reach zero sees those too. Everything else a ring
-//! shares is behind its mutex.
+//! This file holds the engine and its configuration; `shard.rs` one ring
+//! behind its mutex and its reaper, `pool_io.rs` the calls on tokio's
+//! blocking pool, `async_io.rs` the [`AsyncIo`] trait both async engines
+//! implement.
+//!
+//! [`AsyncIo`]: crate::AsyncIo
 
-use std::future::{Future, poll_fn};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use nix::sys::eventfd::{EfdFlags, EventFd};
 use slotring_throttle::{Tenant, ThrottlePtr};
-use tokio::io::unix::AsyncFd;
 
-use crate::core::{Core, PreIoWait, Submit};
+use crate::async_wait::fair_turn;
 use crate::counters::UringCounters;
 use crate::engine::RingConfig;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
-use crate::policy::{Op, Policy};
-use crate::pread::ThreadIo;
-use crate::sys::{RealSyscalls, SlotId, Syscalls, async_eventfd};
+use crate::policy::Op;
+use crate::pool_io::{PoolIo, PoolRequest};
+use crate::ring_core::{PreIoWait, Submit};
+use crate::route::{self, Offer, Route};
+use crate::shard::{Shard, thread_index};
+use crate::sys::{RealSyscalls, SysFactory, Syscalls};
 
 /// How completions reach the waiting tasks (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -168,7 +165,7 @@ impl Default for SharedConfig {
 }
 
 impl SharedConfig {
-    fn ring_count(&self) -> usize {
+    pub(crate) fn ring_count(&self) -> usize {
         match self.rings {
             0 => std::thread::available_parallelism().map_or(1, usize::from),
             n => n,
@@ -176,11 +173,8 @@ impl SharedConfig {
     }
 }
 
-/// Makes the syscall seam of each ring and of each blocking-pool call.
-type SysFactory = Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync>;
-
 /// Throttled positional IO from any tokio task: `Send + Sync + Clone`, its
-/// futures are `Send`. Same semantics as [`crate::AsyncEngine`] (owned
+/// futures are `Send`. Same semantics as [`crate::LocalEngine`] (owned
 /// buffers handed back with the result, the throttle chain folded into one
 /// timeout SQE, `RWF_NOWAIT` page-cache detection, the disk-rate guard,
 /// cancellation by drop), on a few shared rings; its paced writes on
@@ -379,44 +373,67 @@ impl SharedEngine {
         let (file, throttle) = (file.clone(), throttle.cloned());
         let tenant = self.tenant.clone().filter(|_| op == Op::Read);
         async move {
-            let shards = match backend {
-                Backend::Pread => {
-                    let call = pool.call();
-                    return PoolIo::run(call, op, file, buf, offset, throttle, max_block, tenant)
-                        .await;
-                }
-                Backend::Uring(shards) => shards,
+            let offer = match &backend {
+                Backend::Pread => Offer::PREAD,
+                Backend::Uring(_) => Offer {
+                    ring: true,
+                    paced_thread: pool.takes_paced_writes(),
+                    tenant: tenant.is_some(),
+                },
             };
-            if op == Op::Write
-                && let Some(call) = pool.paced_call(&file, throttle.as_ref(), buf.len())
-            {
-                return PoolIo::run(call, op, file, buf, offset, throttle, max_block, None).await;
-            }
-            let s = match (&tenant, &throttle) {
-                (Some(tenant), Some(t)) => {
-                    let len = buf.len() as u64;
+            let len = buf.len();
+            let route = route::route(pool.policy(), offer, op, &file, throttle.as_ref(), len);
+            let shards = match backend {
+                Backend::Uring(shards) => shards,
+                Backend::Pread => {
+                    let (call, plan) = (pool.call(), route.plan());
+                    let r = PoolRequest {
+                        op,
+                        file,
+                        buf,
+                        offset,
+                        throttle,
+                        max_block,
+                    };
+                    return PoolIo::run(call, plan, r, tenant).await;
+                }
+            };
+            let s = match (route, &tenant, &throttle) {
+                (Route::PacedThread(plan), ..) => match pool.paced_call() {
+                    Some(call) => {
+                        let r = PoolRequest {
+                            op,
+                            file,
+                            buf,
+                            offset,
+                            throttle,
+                            max_block,
+                        };
+                        return PoolIo::run(call, plan, r, None).await;
+                    }
+                    // No pool thread for it now: the ring's route.
+                    None => Submit::new(
+                        plan,
+                        op,
+                        &file,
+                        offset,
+                        throttle.as_ref(),
+                        max_block,
+                        PreIoWait::Linked,
+                    ),
+                },
+                (Route::TenantRing(plan), Some(tenant), Some(t)) => {
                     let source = shards[thread_index() % shards.len()]
                         .lock()
                         .core
-                        .prebook_source(op, &file, offset, len, t);
-                    let booked = crate::tokio::fair_booking(
-                        t,
-                        tenant,
-                        &file,
-                        (buf.len(), offset),
-                        source,
-                        max_block,
-                    )
-                    .await;
-                    match booked {
-                        Ok(delay) => {
-                            Submit::new(op, &file, offset, None, max_block, PreIoWait::Linked)
-                                .prebooked(delay)
-                        }
+                        .prebook_source(plan.charge, &file, offset, len as u64);
+                    match fair_turn(t, tenant, &file, (len, offset), source, max_block).await {
+                        Ok(s) => s,
                         Err(e) => return (Err(e.into()), buf),
                     }
                 }
-                _ => Submit::new(
+                (route, ..) => Submit::new(
+                    route.plan(),
                     op,
                     &file,
                     offset,
@@ -474,384 +491,4 @@ impl SharedEngine {
 /// The real kernel's syscalls, for every ring and fallback read.
 fn real_syscalls() -> SysFactory {
     Arc::new(|| -> Box<dyn Syscalls> { Box::new(RealSyscalls) })
-}
-
-/// A stable small index of the calling thread, handed out round-robin.
-fn thread_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
-    }
-    INDEX.with(|i| *i)
-}
-
-/// One ring and how its completions are announced.
-struct Shard {
-    state: Mutex<ShardState>,
-    wake: Wake,
-}
-
-struct ShardState {
-    core: Core,
-    /// The request whose waker the eventfd registration holds
-    /// ([`Reaper::Reactor`]).
-    pump: Option<SlotId>,
-}
-
-enum Wake {
-    Reactor(AsyncFd<EventFd>),
-    /// The reaper thread's eventfd (blocking); written once more on drop to
-    /// let the thread see the shard is gone.
-    Thread(Arc<EventFd>),
-}
-
-impl Shard {
-    fn new(
-        sys: Box<dyn Syscalls>,
-        setup: &crate::sys::SetupParams,
-        policy: Policy,
-        reaper: Reaper,
-    ) -> Result<Arc<Self>, UringError> {
-        let mut core = Core::new(sys, setup, policy)?;
-        let efd_failed = |source| UringError::Ring {
-            what: "eventfd",
-            source,
-        };
-        let wake = match reaper {
-            Reaper::Reactor => Wake::Reactor(async_eventfd().map_err(efd_failed)?),
-            Reaper::Thread => Wake::Thread(Arc::new(
-                EventFd::from_flags(EfdFlags::EFD_CLOEXEC)
-                    .map_err(|e| efd_failed(std::io::Error::from(e)))?,
-            )),
-        };
-        let fd = match &wake {
-            Wake::Reactor(a) => a.get_ref().as_raw_fd(),
-            Wake::Thread(e) => e.as_raw_fd(),
-        };
-        core.register_eventfd(fd)?;
-        let shard = Arc::new(Self {
-            state: Mutex::new(ShardState { core, pump: None }),
-            wake,
-        });
-        if let Wake::Thread(efd) = &shard.wake {
-            let (efd, weak) = (efd.clone(), Arc::downgrade(&shard));
-            std::thread::Builder::new()
-                .name("slotring-reaper".into())
-                .spawn(move || {
-                    // Ends when the shard is gone (its drop writes the
-                    // eventfd once more) or the eventfd fails.
-                    while efd.read().is_ok() {
-                        let Some(shard) = weak.upgrade() else { break };
-                        // A failed flush is seen by the next poll of a
-                        // waiting request, which fails it.
-                        let _ = shard.lock().core.flush();
-                    }
-                })
-                .map_err(|source| UringError::Ring {
-                    what: "spawn the reaper thread",
-                    source,
-                })?;
-        }
-        Ok(shard)
-    }
-
-    fn lock(&self) -> MutexGuard<'_, ShardState> {
-        // A panic while holding the lock leaves the core consistent enough
-        // to free buffers only at their last CQE; keep going.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    async fn run(self: Arc<Self>, s: Submit, buf: Vec<u8>) -> BufResult<usize, Vec<u8>> {
-        let id = self.lock().core.submit(s, buf);
-        let mut guard = CancelOnDrop {
-            shard: &self,
-            id,
-            armed: true,
-        };
-        let out = poll_fn(|cx| self.poll_req(id, cx)).await;
-        guard.armed = false;
-        self.hand_off(&mut self.lock(), id);
-        out
-    }
-
-    fn poll_req(&self, id: SlotId, cx: &mut Context<'_>) -> Poll<BufResult<usize, Vec<u8>>> {
-        let mut st = self.lock();
-        loop {
-            if let Some(done) = st.core.poll_progress(id, cx.waker()) {
-                return Poll::Ready(done);
-            }
-            let Wake::Reactor(efd) = &self.wake else {
-                // The reaper thread reaps after the next CQE and wakes us.
-                return Poll::Pending;
-            };
-            // Under the lock: the pump and the registration change together.
-            st.pump = Some(id);
-            match crate::core::poll_eventfd(efd, cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => {
-                    st.core.ignore(id);
-                    return Poll::Ready((Err(e), Vec::new()));
-                }
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-    }
-
-    /// If `id` held the eventfd registration (or nobody does), pass it to a
-    /// waiting request by waking it.
-    fn hand_off(&self, st: &mut ShardState, id: SlotId) {
-        if matches!(self.wake, Wake::Reactor(_)) && (st.pump == Some(id) || st.pump.is_none()) {
-            st.pump = None;
-            st.core.wake_one_waiting(id);
-        }
-    }
-}
-
-impl Drop for Shard {
-    fn drop(&mut self) {
-        if let Wake::Thread(efd) = &self.wake {
-            // Wake the reaper thread so it sees the shard is gone.
-            let _ = efd.write(1);
-        }
-    }
-}
-
-struct CancelOnDrop<'a> {
-    shard: &'a Arc<Shard>,
-    id: SlotId,
-    armed: bool,
-}
-
-impl Drop for CancelOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let mut st = self.shard.lock();
-            st.core.ignore(self.id);
-            let _ = st.core.flush();
-            self.shard.hand_off(&mut st, self.id);
-        }
-    }
-}
-
-/// Calls on tokio's blocking pool (`pread::ThreadIo`, the `pread` engine's
-/// code, with the same charging policy as the rings): the paced writes, and
-/// every request on the fallback. Its throttle sleeps park the pool thread,
-/// which holds no CPU lease.
-struct PoolIo {
-    policy: Policy,
-    paced_writes: PacedWrites,
-    sys: SysFactory,
-    counters: Mutex<UringCounters>,
-    /// Calls counted from before their spawn until they return or are
-    /// dropped unrun (see "Memory ordering").
-    running: AtomicUsize,
-}
-
-/// One call counted in [`PoolIo::running`], from before its spawn until it
-/// returns or is dropped unrun (a runtime shutting down): the token that
-/// [`PoolIo::run`] takes.
-struct Call(Arc<PoolIo>);
-
-impl Drop for Call {
-    fn drop(&mut self) {
-        self.0.running.fetch_sub(1, Ordering::Release);
-    }
-}
-
-/// Sets a blocking call's cancel flag when its future goes (dropped, or
-/// done: a call that has returned no longer looks).
-struct CancelFlag(Arc<AtomicBool>);
-
-impl Drop for CancelFlag {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
-
-impl PoolIo {
-    fn new(cfg: &SharedConfig, sys: SysFactory) -> Self {
-        Self {
-            policy: cfg.ring.policy,
-            paced_writes: cfg.paced_writes,
-            sys,
-            counters: Mutex::new(UringCounters::default()),
-            running: AtomicUsize::new(0),
-        }
-    }
-
-    /// A call on the fallback (every request, however many).
-    fn call(self: &Arc<Self>) -> Call {
-        self.running.fetch_add(1, Ordering::Relaxed);
-        Call(self.clone())
-    }
-
-    /// A call for a write of `len` bytes of `file` under `throttle`, if it
-    /// is a paced write this pool runs: [`PacedWrites::BlockingPool`], a
-    /// paced write of a length the ring takes, polled inside a tokio
-    /// runtime, and fewer than `at_once` such calls running.
-    fn paced_call(
-        self: &Arc<Self>,
-        file: &UringFile,
-        throttle: Option<&ThrottlePtr>,
-        len: usize,
-    ) -> Option<Call> {
-        let PacedWrites::BlockingPool { at_once } = self.paced_writes else {
-            return None;
-        };
-        if !crate::core::paced_in_thread(&self.policy, file, throttle, len)
-            || tokio::runtime::Handle::try_current().is_err()
-        {
-            return None;
-        }
-        self.running
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < at_once).then_some(n + 1)
-            })
-            .ok()?;
-        Some(Call(self.clone()))
-    }
-
-    /// Add one call's counters: each counter summed, the high-water mark
-    /// of dirty bytes the highest of any call's (one paced write's; calls
-    /// at once are not added up).
-    fn merge(&self, c: UringCounters) {
-        let mut all = self.counters.lock().unwrap_or_else(|p| p.into_inner());
-        let high = all.dirty_high_water_bytes.max(c.dirty_high_water_bytes);
-        *all += c;
-        all.dirty_high_water_bytes = high;
-    }
-
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "the request's fields, as SharedEngine::run passes them"
-    )]
-    async fn run(
-        call: Call,
-        op: Op,
-        file: Arc<UringFile>,
-        mut buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<ThrottlePtr>,
-        max_block: Duration,
-        tenant: Option<Tenant>,
-    ) -> BufResult<usize, Vec<u8>> {
-        let cancel = Arc::new(AtomicBool::new(false));
-        let flag = cancel.clone();
-        let job = tokio::task::spawn_blocking(move || {
-            let pool = &call.0;
-            // A blocking-pool thread may block for its turn: the tenant is
-            // current on it for this call only.
-            let _tenant = tenant.as_ref().map(Tenant::enter);
-            let mut sys = (pool.sys)();
-            let mut counters = UringCounters::default();
-            let mut io = ThreadIo {
-                sys: sys.as_mut(),
-                policy: pool.policy,
-                counters: &mut counters,
-                cancel: Some(&flag),
-            };
-            let out = match op {
-                Op::Read => io.read(&file, &mut buf, offset, throttle.as_ref(), max_block),
-                Op::Write => io.write(&file, &buf, offset, throttle.as_ref(), max_block),
-            };
-            pool.merge(counters);
-            // `call` is dropped (Release) after the merge above.
-            (out, buf)
-        });
-        let _cancel = CancelFlag(cancel);
-        match job.await {
-            Ok(out) => out,
-            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-            // The runtime is shutting down: the call never ran, and its
-            // buffer went with it.
-            Err(_) => (Err(UringError::Cancelled), Vec::new()),
-        }
-    }
-}
-
-/// Throttled positional IO from async code, whichever front end serves it:
-/// [`SharedEngine`] (any task, `Send` futures) or [`crate::AsyncEngine`]
-/// (one per thread, for thread-per-core runtimes, where it takes no lock).
-/// Code generic over it runs on either.
-pub trait AsyncIo {
-    /// Read up to `buf.len()` bytes at `offset`, charged to `throttle`;
-    /// the bytes read (fewer only at EOF) and the buffer. Dropping the
-    /// future cancels the request.
-    fn read_at(
-        &self,
-        file: &Arc<UringFile>,
-        buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<&ThrottlePtr>,
-        max_block: Duration,
-    ) -> impl Future<Output = BufResult<usize, Vec<u8>>>;
-
-    /// Write all of `buf` at `offset`, charged to `throttle`.
-    fn write_at(
-        &self,
-        file: &Arc<UringFile>,
-        buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<&ThrottlePtr>,
-        max_block: Duration,
-    ) -> impl Future<Output = BufResult<usize, Vec<u8>>>;
-
-    /// A snapshot of the counters.
-    fn counters(&self) -> UringCounters;
-}
-
-impl AsyncIo for SharedEngine {
-    fn read_at(
-        &self,
-        file: &Arc<UringFile>,
-        buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<&ThrottlePtr>,
-        max_block: Duration,
-    ) -> impl Future<Output = BufResult<usize, Vec<u8>>> {
-        SharedEngine::read_at(self, file, buf, offset, throttle, max_block)
-    }
-
-    fn write_at(
-        &self,
-        file: &Arc<UringFile>,
-        buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<&ThrottlePtr>,
-        max_block: Duration,
-    ) -> impl Future<Output = BufResult<usize, Vec<u8>>> {
-        SharedEngine::write_at(self, file, buf, offset, throttle, max_block)
-    }
-
-    fn counters(&self) -> UringCounters {
-        SharedEngine::counters(self)
-    }
-}
-
-impl AsyncIo for crate::AsyncEngine {
-    fn read_at(
-        &self,
-        file: &Arc<UringFile>,
-        buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<&ThrottlePtr>,
-        max_block: Duration,
-    ) -> impl Future<Output = BufResult<usize, Vec<u8>>> {
-        crate::AsyncEngine::read_at(self, file, buf, offset, throttle, max_block)
-    }
-
-    fn write_at(
-        &self,
-        file: &Arc<UringFile>,
-        buf: Vec<u8>,
-        offset: u64,
-        throttle: Option<&ThrottlePtr>,
-        max_block: Duration,
-    ) -> impl Future<Output = BufResult<usize, Vec<u8>>> {
-        crate::AsyncEngine::write_at(self, file, buf, offset, throttle, max_block)
-    }
-
-    fn counters(&self) -> UringCounters {
-        crate::AsyncEngine::counters(self)
-    }
 }

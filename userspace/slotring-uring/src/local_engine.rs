@@ -1,14 +1,16 @@
 //! The async front end on tokio: an eventfd registered with the ring
-//! (`IORING_REGISTER_EVENTFD`, *not* the `_ASYNC` variant, which in our probe
-//! never signalled completions of cold reads finished by io-wq) and watched
+//! (`IORING_REGISTER_EVENTFD`, *not* the `_ASYNC` variant, which does not
+//! signal the completions of cold reads that io-wq finishes) and watched
 //! through [`AsyncFd`]. No helper thread and no driver task: whichever
 //! waiting future polled last owns the eventfd registration and reaps for
 //! everybody; when it finishes or is dropped it hands the duty to another
 //! waiting future by waking it.
 //!
 //! One engine per thread (tokio current-thread runtime or a `LocalSet`): the
-//! engine is `!Send`, which is what our measurements favoured (a shared
-//! ring on the multi-thread runtime suffered cross-thread wake-ups).
+//! engine is `!Send`, so its ring takes no lock and a completion wakes no
+//! other thread (a ring shared by the multi-thread runtime's workers costs
+//! cross-thread wake-ups; [`crate::SharedEngine`] keeps one per worker, and
+//! `cargo xtask bench shared` compares the two).
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -18,19 +20,21 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use nix::sys::eventfd::EventFd;
-use slotring_throttle::{AsyncReserve, Source, Tenant, ThrottlePtr};
+use slotring_throttle::{Tenant, ThrottlePtr};
 use tokio::io::unix::AsyncFd;
 
-use crate::core::{Core, PreIoWait, Submit};
+use crate::async_wait::fair_turn;
 use crate::counters::UringCounters;
 use crate::engine::RingConfig;
 use crate::error::{BufResult, UringError};
 use crate::file::UringFile;
-use crate::policy::Op;
+use crate::policy::{Op, Policy};
+use crate::ring_core::{PreIoWait, RingCore, Submit};
+use crate::route::{self, Offer, Route};
 use crate::sys::{RealSyscalls, SlotId, Syscalls, async_eventfd};
 
 struct Inner {
-    core: RefCell<Core>,
+    core: RefCell<RingCore>,
     efd: AsyncFd<EventFd>,
     /// The request whose waker the eventfd registration currently holds.
     pump: Cell<Option<SlotId>>,
@@ -39,21 +43,21 @@ struct Inner {
 /// Throttled IO from async tasks. A waiting request holds no thread, so it
 /// parks nothing.
 #[derive(Clone)]
-pub struct AsyncEngine {
+pub struct LocalEngine {
     inner: Rc<Inner>,
-    /// The tenant its reads are charged as ([`AsyncEngine::with_tenant`]).
+    /// The tenant its reads are charged as ([`LocalEngine::with_tenant`]).
     tenant: Option<Tenant>,
 }
 
-impl std::fmt::Debug for AsyncEngine {
+impl std::fmt::Debug for LocalEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AsyncEngine")
+        f.debug_struct("LocalEngine")
             .field("in_flight", &self.in_flight())
             .finish()
     }
 }
 
-impl AsyncEngine {
+impl LocalEngine {
     /// A ring with `cfg` on the real kernel. Must be called within a tokio
     /// runtime with IO enabled.
     pub fn new(cfg: &RingConfig) -> Result<Self, UringError> {
@@ -78,7 +82,7 @@ impl AsyncEngine {
                 ),
             });
         }
-        let mut core = Core::new(sys, &cfg.setup()?, cfg.policy)?;
+        let mut core = RingCore::new(sys, &cfg.setup()?, cfg.policy)?;
         let efd = async_eventfd().map_err(|source| UringError::Ring {
             what: "eventfd + AsyncFd",
             source,
@@ -120,31 +124,38 @@ impl AsyncEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
-        if let (Some(tenant), Some(t)) = (&self.tenant, throttle) {
-            let len = buf.len() as u64;
-            let source =
-                self.inner
-                    .core
-                    .borrow_mut()
-                    .prebook_source(Op::Read, file, offset, len, t);
-            let range = (buf.len(), offset);
-            let s = match fair_booking(t, tenant, file, range, source, max_block).await {
-                Ok(delay) => {
-                    Submit::new(Op::Read, file, offset, None, max_block, PreIoWait::Linked)
-                        .prebooked(delay)
-                }
-                Err(e) => return (Err(e.into()), buf),
-            };
-            return self.run(s, buf).await;
-        }
-        let s = Submit::new(
-            Op::Read,
-            file,
-            offset,
+        let offer = Offer {
+            tenant: self.tenant.is_some(),
+            ..Offer::RING
+        };
+        let s = match (
+            route::route(self.policy(), offer, Op::Read, file, throttle, buf.len()),
+            &self.tenant,
             throttle,
-            max_block,
-            PreIoWait::Linked,
-        );
+        ) {
+            (Route::TenantRing(plan), Some(tenant), Some(t)) => {
+                let source = self.inner.core.borrow_mut().prebook_source(
+                    plan.charge,
+                    file,
+                    offset,
+                    buf.len() as u64,
+                );
+                let range = (buf.len(), offset);
+                match fair_turn(t, tenant, file, range, source, max_block).await {
+                    Ok(s) => s,
+                    Err(e) => return (Err(e.into()), buf),
+                }
+            }
+            (route, ..) => Submit::new(
+                route.plan(),
+                Op::Read,
+                file,
+                offset,
+                throttle,
+                max_block,
+                PreIoWait::Linked,
+            ),
+        };
         self.run(s, buf).await
     }
 
@@ -157,7 +168,17 @@ impl AsyncEngine {
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
     ) -> BufResult<usize, Vec<u8>> {
+        let plan = route::route(
+            self.policy(),
+            Offer::RING,
+            Op::Write,
+            file,
+            throttle,
+            buf.len(),
+        )
+        .plan();
         let s = Submit::new(
+            plan,
             Op::Write,
             file,
             offset,
@@ -166,6 +187,11 @@ impl AsyncEngine {
             PreIoWait::Linked,
         );
         self.run(s, buf).await
+    }
+
+    /// The policy of its ring (what its requests are routed by).
+    fn policy(&self) -> Policy {
+        self.inner.core.borrow().policy()
     }
 
     async fn run(&self, s: Submit, buf: Vec<u8>) -> BufResult<usize, Vec<u8>> {
@@ -209,44 +235,6 @@ impl AsyncEngine {
     }
 }
 
-/// Take `tenant`'s fair turn for a read of `len` bytes at `offset` of
-/// `file` through every level of `throttle`, without blocking the runtime
-/// (the async turn: the task's waker queues in each gate; the head that
-/// waits only for time sleeps on a tokio timer), and book its bytes
-/// (trimmed at the known end of the file) from `source`
-/// (`Core::prebook_source`). Returns the delay the IO must still wait, from
-/// now. Dropping the future while it is queued hands the turn on.
-pub(crate) async fn fair_booking(
-    throttle: &ThrottlePtr,
-    tenant: &Tenant,
-    file: &UringFile,
-    (len, offset): (usize, u64),
-    source: Source,
-    max_block: Duration,
-) -> Result<u64, slotring_throttle::ThrottleError> {
-    let amount = (len as u64).min(file.size_hint().saturating_sub(offset));
-    if amount == 0 {
-        return Ok(0);
-    }
-    let mut r = AsyncReserve::new(Some(tenant.clone()), amount, max_block, 0, source);
-    let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
-    poll_fn(|cx| {
-        loop {
-            if let Poll::Ready(out) = r.poll(throttle.as_ref(), cx) {
-                return Poll::Ready(out.map(|r| r.delay_ns));
-            }
-            let Some(after) = r.retry_after() else {
-                return Poll::Pending;
-            };
-            let t = timer.insert(Box::pin(tokio::time::sleep(after)));
-            if t.as_mut().poll(cx).is_pending() {
-                return Poll::Pending;
-            }
-        }
-    })
-    .await
-}
-
 impl Inner {
     fn poll_req(&self, id: SlotId, cx: &mut Context<'_>) -> Poll<BufResult<usize, Vec<u8>>> {
         loop {
@@ -254,7 +242,7 @@ impl Inner {
                 return Poll::Ready(done);
             }
             self.pump.set(Some(id));
-            match crate::core::poll_eventfd(&self.efd, cx) {
+            match crate::async_wait::poll_eventfd(&self.efd, cx) {
                 Poll::Ready(Ok(())) => {}
                 Poll::Ready(Err(e)) => {
                     self.core.borrow_mut().ignore(id);
