@@ -65,8 +65,11 @@ pub(crate) const BENCHES: &[Suite] = &[
 pub(crate) const NO_DEFAULT_FEATURES: &[&str] = &["slotring-uring"];
 
 /// `(package, integration test)` pairs run with `--cfg loom`.
-pub(crate) const LOOM_MODELS: &[(&str, &str)] =
-    &[("slotring-throttle", "loom"), ("slotring-slots", "loom")];
+pub(crate) const LOOM_MODELS: &[(&str, &str)] = &[
+    ("slotring-throttle", "loom"),
+    ("slotring-throttle", "workload_loom"),
+    ("slotring-slots", "loom"),
+];
 
 /// The suite called `name`.
 pub(crate) fn bench_suite(name: &str) -> Option<&'static Suite> {
