@@ -15,6 +15,7 @@ pub(crate) const BENCHES: &[(&str, (&str, &str))] = &[
     ("write", ("slotring-uring", "write")),
     ("wait", ("slotring-uring", "wait")),
     ("bpf", ("slotring-bpf", "bpf")),
+    ("verdict", ("slotring-bpf", "verdict")),
     ("e2e", ("slotring-cli", "e2e")),
     ("adaptive", ("slotring-cli", "adaptive")),
 ];
