@@ -1593,6 +1593,7 @@ fn two_runs_keep_their_own_pins_and_top_says_when_one_is_gone() {
         assert!(text.contains("local_read"), "{text}");
         assert!(text.contains("SLOTS  budget"), "{text}");
         assert!(text.contains("KERNEL threads"), "{text}");
+        assert!(text.contains("parked episodes/s"), "{text}");
     }
     let out = slotring(&["stats", "--interval", "200ms"], &root);
     assert!(
