@@ -51,8 +51,34 @@
 //!
 //! Measured with `cargo xtask bench verdict` (spin fractions 0–20 % of each
 //! wait before the sleep, after the wake or between ten short sleeps, waits
-//! of 1 ms to 1 s, quiet and beside `stress-ng --cpu 2`); the table is in
-//! ARCHITECTURE.md. See each constant for the figures that chose it.
+//! of 1 ms to 1 s, quiet and beside `stress-ng --cpu 2`; its
+//! `SLOTRING_VERDICT_CALIBRATE=1` mode prints each segment's percentiles,
+//! each episode read back exactly). Per episode of an honest sleeper (one
+//! sleep per wait, release build): before the sleep p99 16–38 µs, at most
+//! 120 µs; after the wake p99 43–66 µs at 1 ms waits, 61–110 µs at 20 ms,
+//! at most 89 µs at 300 ms and 1 s. An honest *poller* (ten sleeps per
+//! wait) spends 5–15 µs per wake-up: 78–147 µs per 1 ms wait (8–15 %, more
+//! beside the hog), p99 230–522 µs per 20 ms wait (1.2–2.6 %), under
+//! 0.3 % of longer waits.
+//!
+//! * [`PRE_SLEEP_BOUND`] 50 µs: above every honest p99; a spin of 5 % of a
+//!   1 ms wait (50 µs of CPU, by the thread's own clock) always exceeds it.
+//! * [`POST_WAKE_BOUND`] 45 µs + [`POST_WAKE_FRACTION`] 0.5 % of the sleep:
+//!   50 µs after a 1 ms sleep (an honest p99 of 43–66 µs: 1–5 % of those
+//!   episodes are hot, a 5 % spin after the wake always is), 145 µs after
+//!   20 ms, 5 ms after 1 s. The fraction covers what a VM charges after
+//!   long sleeps once its memory has aged: 1.7 ms after a 0.5 s sleep and
+//!   2.1–3.2 ms after 1 s sleeps were measured after 11 hours of uptime.
+//! * [`BETWEEN_SLEEPS_FRACTION`] 2 % of the wait: a poller that wakes every
+//!   2 ms stays under it (its worst 20 ms waits: 2.6 %), one that spins 2 %
+//!   between its sleeps does not; a poller that wakes every 100 µs spends
+//!   more than 2 % on its wake-ups alone, and fails: its CPU grows with the
+//!   wait as a spinner's does.
+//! * [`TOLERATED_HOT_EPISODES`] 2 + [`TOLERATED_HOT_FRACTION`] 10 % of the
+//!   episodes: honest sleepers had up to 7 % hot episodes in a bad round
+//!   (1 ms waits, 200 episodes, a machine shared with compilers) and a
+//!   `slotring run` thread up to 2 %; spinners at 5 % or more have 96 % or
+//!   more hot in every cell of the matrix.
 //!
 //! Numbers are complete up to each thread's last switch-out: a thread that
 //! is on a CPU right now has its current interval unaccounted (a thread that
@@ -73,7 +99,8 @@ use crate::{BpfError, SlotringBpf};
 
 const P: usize = LeaseState::Parked as usize;
 
-/// Bound on an episode's on-CPU time from the park to its first real sleep.
+/// Bound on an episode's on-CPU time from the park to its first real sleep
+/// (see the module docs for the measurements behind every constant).
 pub const PRE_SLEEP_BOUND: Duration = Duration::from_micros(50);
 /// Bound on an episode's on-CPU time between its sleeps, as a fraction of
 /// its wait.
@@ -86,7 +113,7 @@ pub const POST_WAKE_FRACTION: f64 = 0.005;
 /// Hot episodes a thread may have whatever its number of episodes.
 pub const TOLERATED_HOT_EPISODES: u64 = 2;
 /// Plus this fraction of its episodes.
-pub const TOLERATED_HOT_FRACTION: f64 = 0.05;
+pub const TOLERATED_HOT_FRACTION: f64 = 0.1;
 
 const PPM: f64 = 1e6;
 
