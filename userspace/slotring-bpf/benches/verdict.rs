@@ -45,7 +45,7 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use slotring_benchkit::Report;
+use slotring_benchkit::{Report, percentile};
 use slotring_bpf::{BpfConfig, EpisodeRule, SlotringBpf, VerifyConfig, describe_hot};
 
 #[path = "../tests/shapes/mod.rs"]
@@ -120,10 +120,15 @@ impl Drop for Hog {
     }
 }
 
-/// Every case of one wait length at once; their outcomes.
-fn round(bpf: &SlotringBpf, wait: usize, cases: &[(Position, f64)], hog: bool) -> Vec<Outcome> {
-    let (len, episodes, _) = WAITS[wait];
-    let tids: Vec<u32> = std::thread::scope(|s| {
+/// `f` of the shape of each case with waits of `len`, each on a thread of
+/// its own, all at once; the results in the order of `cases`.
+fn each_case<T: Send>(
+    len: Duration,
+    cases: &[(Position, f64)],
+    f: impl Fn(Shape) -> T + Sync,
+) -> Vec<T> {
+    std::thread::scope(|s| {
+        let f = &f;
         let hs: Vec<_> = cases
             .iter()
             .map(|&(position, spin_pct)| {
@@ -132,11 +137,17 @@ fn round(bpf: &SlotringBpf, wait: usize, cases: &[(Position, f64)], hog: bool) -
                     spin_pct,
                     position,
                 };
-                s.spawn(move || run_episodes(&shape, episodes))
+                s.spawn(move || f(shape))
             })
             .collect();
         hs.into_iter().map(|h| h.join().expect("waiter")).collect()
-    });
+    })
+}
+
+/// Every case of one wait length at once; their outcomes.
+fn round(bpf: &SlotringBpf, wait: usize, cases: &[(Position, f64)], hog: bool) -> Vec<Outcome> {
+    let (len, episodes, _) = WAITS[wait];
+    let tids = each_case(len, cases, |shape| run_episodes(&shape, episodes));
     let r = bpf
         .verify(&tids, VerifyConfig::default())
         .expect("verify registered threads");
@@ -215,29 +226,11 @@ fn pct_name(p: f64) -> String {
 /// `SLOTRING_VERDICT_CALIBRATE=1`: every cell of the matrix with each
 /// episode's segments read back exactly, printed as percentiles (no keys).
 fn calibrate(bpf: &SlotringBpf, cases: &[(Position, f64)], hog: bool) {
-    let pct = |v: &mut Vec<u64>, p: f64| {
-        v.sort_unstable();
-        let i = ((p / 100.0) * v.len() as f64).ceil() as usize;
-        v[i.clamp(1, v.len()) - 1] as f64 / 1e3
-    };
     for (len, episodes, wname) in WAITS {
-        let per: Vec<Vec<shapes::Segments>> = std::thread::scope(|s| {
-            let hs: Vec<_> = cases
-                .iter()
-                .map(|&(position, spin_pct)| {
-                    let shape = Shape {
-                        wait: len,
-                        spin_pct,
-                        position,
-                    };
-                    s.spawn(move || {
-                        shapes::run_recorded(&shape, episodes, |t| {
-                            bpf.thread_acct(t).expect("registered")
-                        })
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().expect("waiter")).collect()
+        let per = each_case(len, cases, |shape| {
+            shapes::run_recorded(&shape, episodes, |t| {
+                bpf.thread_acct(t).expect("registered")
+            })
         });
         for (segs, &(p, spin)) in per.iter().zip(cases) {
             let mut line = format!(
@@ -253,13 +246,13 @@ fn calibrate(bpf: &SlotringBpf, cases: &[(Position, f64)], hog: bool) {
                 ("between", |s| s.between),
                 ("post", |s| s.post),
             ] {
-                let mut v: Vec<u64> = segs.iter().map(f).collect();
+                let mut v: Vec<f64> = segs.iter().map(|s| f(s) as f64 / 1e3).collect();
                 line += &format!(
                     "  {name} p50 {:.1} p90 {:.1} p99 {:.1} max {:.1}",
-                    pct(&mut v, 50.0),
-                    pct(&mut v, 90.0),
-                    pct(&mut v, 99.0),
-                    pct(&mut v, 100.0)
+                    percentile(&mut v, 50.0),
+                    percentile(&mut v, 90.0),
+                    percentile(&mut v, 99.0),
+                    percentile(&mut v, 100.0)
                 );
             }
             eprintln!("{line}");
@@ -307,27 +300,22 @@ fn main() {
         .collect();
     let unspun: Vec<(Position, f64)> = Position::ALL.iter().map(|&p| (p, 0.0)).collect();
     let mut all = Vec::new();
-    for r in 0..ROUNDS {
-        for w in 0..WAITS.len() {
-            all.extend(round(&bpf, w, &matrix, false));
-        }
-        eprintln!(
-            "verdict bench: quiet round {} done ({:.0?})",
-            r + 1,
-            start.elapsed()
-        );
-    }
-    if let Some(hog) = Hog::start() {
+    let mut rounds = |cases: &[(Position, f64)], hog: bool| {
         for r in 0..ROUNDS {
             for w in 0..WAITS.len() {
-                all.extend(round(&bpf, w, &unspun, true));
+                all.extend(round(&bpf, w, cases, hog));
             }
             eprintln!(
-                "verdict bench: hog round {} done ({:.0?})",
+                "verdict bench: {} round {} done ({:.0?})",
+                if hog { "hog" } else { "quiet" },
                 r + 1,
                 start.elapsed()
             );
         }
+    };
+    rounds(&matrix, false);
+    if let Some(hog) = Hog::start() {
+        rounds(&unspun, true);
         drop(hog);
     }
     drop(bpf);

@@ -13,8 +13,8 @@ use std::fmt;
 
 use slotring::bpf::abi::{EpisodeRule, HotEpisode};
 use slotring::bpf::{
-    Owner, ParkedWindow, Reading as ThreadReading, VerifyConfig, WINDOW_HEADER, describe_hot,
-    describe_rule, describe_segments, write_window_row,
+    Owner, ParkedWindow, Reading as ThreadReading, VerifyConfig, WINDOW_HEADER, describe_rule,
+    describe_segments, write_failing, write_window_row,
 };
 use slotring::pinned::{PinnedError, PinnedMaps, ThreadState};
 
@@ -197,19 +197,8 @@ impl fmt::Display for Window {
         }
         write_window_row(f, "total", &self.total)?;
         writeln!(f, "segments: {}", describe_segments(&self.total))?;
-        for t in self.threads.iter().filter(|t| !t.parked.pass) {
-            writeln!(
-                f,
-                "thread {}: {} of {} episodes hot (allowed {}); {}",
-                t.tid,
-                t.parked.hot_episodes(),
-                t.parked.segments.episodes,
-                t.parked.tolerated,
-                describe_segments(&t.parked)
-            )?;
-            for e in &t.hot {
-                writeln!(f, "  {}", describe_hot(e))?;
-            }
+        for t in &self.threads {
+            write_failing(f, t.tid, &t.parked, &t.hot)?;
         }
         Ok(())
     }
