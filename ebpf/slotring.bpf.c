@@ -72,6 +72,51 @@ struct {
 	__type(value, struct hist);
 } hist_unpark_rq SEC(".maps");
 
+/* Per-episode segment histograms (one sample per episode that has the
+ * segment: every episode has a pre-sleep one, an episode that slept a
+ * post-wake one, one that slept twice or more a between-sleeps one). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct hist);
+} hist_pre_sleep SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct hist);
+} hist_between_sleeps SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct hist);
+} hist_post_wake SEC(".maps");
+
+/* The last hot episodes of each thread (index as in lease/thread_acct). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, SLOTRING_MAX_THREADS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct hot_log);
+} hot_episodes SEC(".maps");
+
+/* The per-episode rule, written by userspace at load. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct episode_rule);
+} episode_rule SEC(".maps");
+
 /* Stats maps written by userspace through mmap; map name = metric name. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -137,7 +182,8 @@ static __always_inline __u64 log2_u64(__u64 v)
 	return hi ? log2_u32(hi) + 32 : log2_u32(v);
 }
 
-static __always_inline void hist_add(void *map, __u64 v)
+/* Add `n` samples of value `v`. */
+static __always_inline void hist_add_n(void *map, __u64 v, __u64 n)
 {
 	__u32 zero = 0;
 	struct hist *h = bpf_map_lookup_elem(map, &zero);
@@ -147,7 +193,12 @@ static __always_inline void hist_add(void *map, __u64 v)
 		return;
 	if (slot >= SLOTRING_HIST_SLOTS)
 		slot = SLOTRING_HIST_SLOTS - 1;
-	__sync_fetch_and_add(&h->slots[slot], 1);
+	__sync_fetch_and_add(&h->slots[slot], n);
+}
+
+static __always_inline void hist_add(void *map, __u64 v)
+{
+	hist_add_n(map, v, 1);
 }
 
 static __always_inline __u64 clamp_state(__u64 s)
@@ -180,7 +231,7 @@ static __always_inline void lease_clock(const struct lease_clock *c, __u64 st, _
  * Otherwise (collision, or a thread not registered) the hash is consulted;
  * it is only ever looked up here, never updated.
  */
-static __always_inline struct thread_acct *lookup(__u32 tid, struct lease_slot **l)
+static __always_inline struct thread_acct *lookup(__u32 tid, struct lease_slot **l, __u32 *at)
 {
 	__u32 i = tid & (SLOTRING_MAX_THREADS - 1);
 	__u32 *idx;
@@ -197,6 +248,7 @@ static __always_inline struct thread_acct *lookup(__u32 tid, struct lease_slot *
 		if (!*l)
 			return NULL;
 	}
+	*at = i;
 	return bpf_map_lookup_elem(&thread_acct, &i);
 }
 
@@ -205,8 +257,179 @@ static __always_inline __u64 min_u64(__u64 a, __u64 b)
 	return a < b ? a : b;
 }
 
-static __always_inline void switch_out(struct thread_acct *a, const struct lease_slot *l,
-				       __u64 now, __u64 exec, __u64 rd, __u64 pc, bool runnable)
+static __always_inline __u64 max_u64(__u64 a, __u64 b)
+{
+	return a > b ? a : b;
+}
+
+/* `ppm` parts per million of `v` (v rounded down to whole microseconds:
+ * no overflow for any wait shorter than five hours at 100 %). */
+static __always_inline __u64 ppm_of(__u64 v, __u64 ppm)
+{
+	return v / 1000 * ppm / 1000;
+}
+
+/*
+ * The end of `n` episodes with the same figures (n > 1 only for episodes
+ * that began and ended inside one on-CPU interval, which share it evenly):
+ * judge them by the rule, add them to the thread's totals and the
+ * histograms, and log them when hot.
+ */
+static __always_inline void episode_end(struct thread_acct *a, __u32 idx, __u64 now, __u64 pre,
+				   __u64 between, __u64 post, __u64 sleeps, __u64 last_sleep,
+				   __u64 wait, __u64 n)
+{
+	__u32 zero = 0;
+	const struct episode_rule *r = bpf_map_lookup_elem(&episode_rule, &zero);
+	struct hot_log *log;
+	struct hot_episode *e;
+	__u64 hot = 0;
+
+	if (!a || !n)
+		return;
+	if (r) {
+		if (pre > r->pre_sleep_ns)
+			hot |= SLOTRING_HOT_PRE_SLEEP;
+		if (sleeps >= 2 && between > ppm_of(wait, r->between_ppm))
+			hot |= SLOTRING_HOT_BETWEEN_SLEEPS;
+		if (sleeps && post > r->post_wake_ns + ppm_of(last_sleep, r->post_wake_ppm))
+			hot |= SLOTRING_HOT_POST_WAKE;
+	}
+	a->episodes += n;
+	if (n > 1)
+		a->episodes_split += n;
+	a->pre_sleep_ns += pre * n;
+	a->between_sleeps_ns += between * n;
+	a->post_wake_ns += post * n;
+	a->pre_sleep_max_ns = max_u64(a->pre_sleep_max_ns, pre);
+	a->between_sleeps_max_ns = max_u64(a->between_sleeps_max_ns, between);
+	a->post_wake_max_ns = max_u64(a->post_wake_max_ns, post);
+	hist_add_n(&hist_park_cpu, pre + between + post, n);
+	hist_add_n(&hist_pre_sleep, pre, n);
+	if (sleeps >= 2)
+		hist_add_n(&hist_between_sleeps, between, n);
+	if (sleeps)
+		hist_add_n(&hist_post_wake, post, n);
+	if (!hot)
+		return;
+	a->hot_episodes += n;
+	if (hot & SLOTRING_HOT_PRE_SLEEP)
+		a->hot_pre_sleep += n;
+	if (hot & SLOTRING_HOT_BETWEEN_SLEEPS)
+		a->hot_between_sleeps += n;
+	if (hot & SLOTRING_HOT_POST_WAKE)
+		a->hot_post_wake += n;
+	log = bpf_map_lookup_elem(&hot_episodes, &idx);
+	if (!log)
+		return;
+	e = &log->ep[log->logged & (SLOTRING_HOT_KEEP - 1)];
+	e->end_ns = now;
+	e->wait_ns = wait;
+	e->pre_sleep_ns = pre;
+	e->between_sleeps_ns = between;
+	e->post_wake_ns = post;
+	e->sleeps = sleeps;
+	e->last_sleep_ns = last_sleep;
+	e->hot = hot;
+	e->count = n;
+	log->logged++;
+}
+
+/* A new episode whose park is the clock's last change. */
+static __always_inline void episode_begin(struct thread_acct *a, const struct lease_clock *c,
+					  __u64 cpu)
+{
+	a->ep_phase = SLOTRING_EP_PRE_SLEEP;
+	a->ep_parked_base_ns = c->state_ns[P];
+	a->ep_seg_ns = cpu;
+	a->ep_pre_sleep_ns = 0;
+	a->ep_between_ns = 0;
+	a->ep_sleeps = 0;
+	a->ep_sleep_ts = 0;
+	a->ep_last_sleep_ns = 0;
+}
+
+/*
+ * Episodes over one on-CPU interval that ends at a switch-out at `now`:
+ * `cpu_p` of its on-CPU time and `pp` of its wall time were parked; the
+ * lease clock is `c` (state `st`) now and was in_state_ns at switch-in.
+ * Parks and unparks happen only while the thread runs, so whatever changed
+ * since the last switch event happened inside this interval:
+ *   open0  an episode was open at switch-in, open1 one is open now;
+ *   dp     parks since; ends = open0 + dp - open1 episodes ended.
+ * The episode open now began at the clock's last change (its head is
+ * now - since_ns of the interval); the rest of the parked time belongs to
+ * the episodes that ended, shared evenly when there are several (the open
+ * one's tail and those that began and ended inside the interval, which
+ * never slept: all pre-sleep).
+ */
+static __always_inline void episodes(struct thread_acct *a, __u32 idx,
+				     const struct lease_clock *c, __u64 st, __u64 now,
+				     __u64 cpu_p, __u64 pp, bool sleep)
+{
+	__u64 open0 = a->ep_phase != SLOTRING_EP_NONE;
+	__u64 open1 = st == P;
+	__u64 dp = c->parks - a->ep_seen_parks;
+	__u64 ends = open0 + dp - open1;
+	__u64 head, head_cpu, rem, rem_cpu, share, share_cpu, n_c, pre, post;
+
+	a->ep_seen_parks = c->parks;
+	if ((__s64)ends < 0 || dp > (1ULL << 40)) {
+		/* Cannot happen with one writer per slot; start over. */
+		if (open1)
+			episode_begin(a, c, min_u64(now - c->since_ns, cpu_p));
+		else
+			a->ep_phase = SLOTRING_EP_NONE;
+		goto slept;
+	}
+	if (!ends) {
+		if (open0)
+			a->ep_seg_ns += cpu_p;
+		else if (open1)
+			episode_begin(a, c, cpu_p);
+		goto slept;
+	}
+	head = open1 ? min_u64(now > c->since_ns ? now - c->since_ns : 0, pp) : 0;
+	head_cpu = min_u64(head, cpu_p);
+	rem = pp - head;
+	rem_cpu = cpu_p - head_cpu;
+	share = rem / ends;
+	share_cpu = rem_cpu / ends;
+	n_c = ends - open0;
+	if (open0) {
+		/* The open episode's tail takes the rounding remainder. */
+		a->ep_seg_ns += rem_cpu - share_cpu * n_c;
+		pre = a->ep_phase == SLOTRING_EP_SLEPT ? a->ep_pre_sleep_ns : a->ep_seg_ns;
+		post = a->ep_phase == SLOTRING_EP_SLEPT ? a->ep_seg_ns : 0;
+		episode_end(a, idx, now, pre, a->ep_between_ns, post, a->ep_sleeps,
+			    a->ep_last_sleep_ns,
+			    a->in_state_ns[P] - a->ep_parked_base_ns + rem - share * n_c, 1);
+	}
+	if (n_c)
+		episode_end(a, idx, now, share_cpu, 0, 0, 0, 0, share, n_c);
+	if (open1)
+		episode_begin(a, c, head_cpu);
+	else
+		a->ep_phase = SLOTRING_EP_NONE;
+slept:
+	if (sleep && a->ep_phase != SLOTRING_EP_NONE) {
+		/* A real sleep closes the segment: the first one ends the
+		 * pre-sleep segment, a later one a between-sleeps one. */
+		if (a->ep_phase == SLOTRING_EP_PRE_SLEEP)
+			a->ep_pre_sleep_ns = a->ep_seg_ns;
+		else
+			a->ep_between_ns += a->ep_seg_ns;
+		a->ep_phase = SLOTRING_EP_SLEPT;
+		a->ep_seg_ns = 0;
+		a->ep_sleeps++;
+		a->ep_sleep_ts = now;
+		a->parked_sleeps++;
+	}
+}
+
+static __always_inline void switch_out(struct thread_acct *a, __u32 idx,
+				       const struct lease_slot *l, __u64 now, __u64 exec, __u64 rd,
+				       __u64 pc, bool runnable, bool sleep)
 {
 	const struct lease_clock *c = cur_clock(l);
 	__u64 st = clamp_state(c->state);
@@ -215,6 +438,7 @@ static __always_inline void switch_out(struct thread_acct *a, const struct lease
 	lease_clock(c, st, now, &cn, &cr, &cp);
 	if (!a->initialized) {
 		a->initialized = 1;
+		a->ep_seen_parks = c->parks;
 		goto snapshot;
 	}
 
@@ -262,14 +486,10 @@ static __always_inline void switch_out(struct thread_acct *a, const struct lease
 	if (arrivals > a->ins_since_out)
 		a->missed_switch_in += arrivals - a->ins_since_out;
 
-	/* Parked episodes: on-CPU while parked, per episode, into the
-	 * histogram when the episode ends. */
-	if (pp || st == P)
-		a->park_cpu_ns += cpu_p;
-	if (st != P && (pp || in_state == P)) {
-		hist_add(&hist_park_cpu, a->park_cpu_ns);
-		a->park_cpu_ns = 0;
-	}
+	/* Parked episodes: only when one is open or a park happened, so a
+	 * thread that never parks pays two compares. */
+	if (a->ep_phase != SLOTRING_EP_NONE || c->parks != a->ep_seen_parks)
+		episodes(a, idx, c, st, now, cpu_p, pp, sleep);
 	a->events++;
 
 snapshot:
@@ -302,6 +522,13 @@ static __always_inline void switch_in(struct thread_acct *a, const struct lease_
 	a->in_state_ns[N] = cn;
 	a->in_state_ns[R] = cr;
 	a->in_state_ns[P] = cp;
+	if (a->ep_sleep_ts) {
+		/* The sleep of the open episode ended at its wake-up (at this
+		 * switch-in when the wake-up was not seen). */
+		a->ep_last_sleep_ns =
+			(a->wake_ts > a->ep_sleep_ts ? a->wake_ts : now) - a->ep_sleep_ts;
+		a->ep_sleep_ts = 0;
+	}
 	if (a->wake_ts) {
 		if (st == P && now > a->wake_ts) {
 			lat = now - a->wake_ts;
@@ -316,28 +543,31 @@ static __always_inline void switch_in(struct thread_acct *a, const struct lease_
 	a->events++;
 }
 
-static __always_inline int handle_switch(struct task_struct *prev, struct task_struct *next,
-					 unsigned int prev_state, bool btf)
+static __always_inline int handle_switch(bool preempt, struct task_struct *prev,
+					 struct task_struct *next, unsigned int prev_state, bool btf)
 {
 	struct lease_slot *l;
 	struct thread_acct *a;
 	__u64 now = 0;
-	__u32 tgid;
+	__u32 tgid, idx = 0;
 
 	tgid = TASK_READ(btf, prev, tgid);
 	if (!targ_tgid || tgid == targ_tgid) {
-		a = lookup(TASK_READ(btf, prev, pid), &l);
+		a = lookup(TASK_READ(btf, prev, pid), &l, &idx);
 		if (a) {
 			now = bpf_ktime_get_ns();
-			switch_out(a, l, now, TASK_READ(btf, prev, se.sum_exec_runtime),
+			/* Runnable: still on a run-queue (preempted, or yielded).
+			 * A real sleep is the kernel's own test for blocking. */
+			switch_out(a, idx, l, now, TASK_READ(btf, prev, se.sum_exec_runtime),
 				   TASK_READ(btf, prev, sched_info.run_delay),
-				   TASK_READ(btf, prev, sched_info.pcount), prev_state == 0);
+				   TASK_READ(btf, prev, sched_info.pcount), prev_state == 0,
+				   !preempt && prev_state != 0);
 		}
 	}
 
 	tgid = TASK_READ(btf, next, tgid);
 	if (!targ_tgid || tgid == targ_tgid) {
-		a = lookup(TASK_READ(btf, next, pid), &l);
+		a = lookup(TASK_READ(btf, next, pid), &l, &idx);
 		if (a) {
 			if (!now)
 				now = bpf_ktime_get_ns();
@@ -348,6 +578,7 @@ static __always_inline int handle_switch(struct task_struct *prev, struct task_s
 				a->snap_exec_ns = TASK_READ(btf, next, se.sum_exec_runtime);
 				a->snap_run_delay = TASK_READ(btf, next, sched_info.run_delay);
 				a->snap_pcount = TASK_READ(btf, next, sched_info.pcount);
+				a->ep_seen_parks = cur_clock(l)->parks;
 				a->ins_since_out = 0;
 				a->on_cpu = 0;
 			}
@@ -362,10 +593,11 @@ static __always_inline int handle_wakeup(struct task_struct *p, bool btf)
 	struct lease_slot *l;
 	struct thread_acct *a;
 	__u64 st;
+	__u32 idx;
 
 	if (targ_tgid && TASK_READ(btf, p, tgid) != targ_tgid)
 		return 0;
-	a = lookup(TASK_READ(btf, p, pid), &l);
+	a = lookup(TASK_READ(btf, p, pid), &l, &idx);
 	if (!a)
 		return 0;
 	st = clamp_state(cur_clock(l)->state);
@@ -384,7 +616,7 @@ SEC("tp_btf/sched_switch")
 int BPF_PROG(switch_btf, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	return handle_switch(prev, next, prev_state, true);
+	return handle_switch(preempt, prev, next, prev_state, true);
 }
 
 SEC("tp_btf/sched_wakeup")
@@ -403,7 +635,7 @@ SEC("raw_tp/sched_switch")
 int BPF_PROG(switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
 	     unsigned int prev_state)
 {
-	return handle_switch(prev, next, prev_state, false);
+	return handle_switch(preempt, prev, next, prev_state, false);
 }
 
 SEC("raw_tp/sched_wakeup")

@@ -29,15 +29,19 @@
 #define SLOTRING_LEASE_STATES 3
 
 /*
- * A lease clock: the current state, when it began, and the total wall time
+ * A lease clock: the current state, when it began, the total wall time
  * (CLOCK_MONOTONIC ns, the clock of bpf_ktime_get_ns) spent in each state
- * before `since_ns`. The time in state s at instant t is
- * state_ns[s] + (state == s ? t - since_ns : 0).
+ * before `since_ns`, and how many parks there were. The time in state s at
+ * instant t is state_ns[s] + (state == s ? t - since_ns : 0). The park count
+ * lives in the clock so that BPF reads it with the state it belongs to (the
+ * clock is double-buffered, see struct lease_slot).
  */
 struct lease_clock {
 	__u64 state;     /* current SLOTRING_LEASE_* */
 	__u64 since_ns;  /* CLOCK_MONOTONIC of the last state change */
 	__u64 state_ns[SLOTRING_LEASE_STATES];
+	__u64 parks;     /* transitions into PARKED up to since_ns; the
+	                  * transitions out of it are parks - (state == PARKED) */
 };
 
 /*
@@ -56,9 +60,45 @@ struct lease_slot {
 	__u64 tid;       /* owner thread id, stored last at registration;
 	                  * 0 = free or exited */
 	__u64 active;    /* which clk[] is current (0 or 1) */
-	__u64 parks;     /* transitions into PARKED */
-	__u64 unparks;   /* transitions out of PARKED */
 	struct lease_clock clk[2];
+};
+
+/*
+ * Parked episodes. An episode is one park (lease into PARKED) up to its
+ * unpark. BPF splits its on-CPU time into three segments:
+ *   pre-sleep      from the park to the first real sleep (a switch-out with
+ *                  !preempt && prev_state != 0, the kernel's own test for
+ *                  blocking); an episode that never slept is all pre-sleep;
+ *   between-sleeps on CPU after one wake-up and before the next sleep
+ *                  (a poller), summed over the episode;
+ *   post-wake      after the last wake-up, until the unpark.
+ * A preempted switch-out is not a sleep: the segment goes on across it.
+ * At the episode's end BPF judges it with struct episode_rule and, when a
+ * segment is over its bound, counts it hot and logs it in `hot_episodes`.
+ */
+#define SLOTRING_HOT_PRE_SLEEP 1      /* hot bits of struct hot_episode */
+#define SLOTRING_HOT_BETWEEN_SLEEPS 2
+#define SLOTRING_HOT_POST_WAKE 4
+/* Hot episodes kept per thread (newest last); a power of two. */
+#define SLOTRING_HOT_KEEP 4
+/* Episode phases (thread_acct.ep_phase). */
+#define SLOTRING_EP_NONE 0            /* not parked */
+#define SLOTRING_EP_PRE_SLEEP 1       /* parked, no real sleep yet */
+#define SLOTRING_EP_SLEPT 2           /* parked, after a real sleep */
+
+/*
+ * The per-episode rule (the single entry of the `episode_rule` map),
+ * written by userspace before any thread registers. Fractions are parts per
+ * million. An episode is hot when
+ *   pre-sleep      > pre_sleep_ns, or
+ *   between-sleeps > between_ppm of the episode's wait, or
+ *   post-wake      > post_wake_ns + post_wake_ppm of the sleep before it.
+ */
+struct episode_rule {
+	__u64 pre_sleep_ns;
+	__u64 between_ppm;
+	__u64 post_wake_ns;
+	__u64 post_wake_ppm;
 };
 
 /*
@@ -79,6 +119,21 @@ struct thread_acct {
 	__u64 missed_switch_in;  /* arrivals (sched_info.pcount) BPF never saw */
 	__u64 missed_switch_out; /* switch-ins while BPF thought it on CPU */
 	__u64 events;            /* switch events handled for this thread */
+	/* Parked episodes that ended (see above), and their segments. */
+	__u64 episodes;
+	__u64 episodes_split;    /* ended in one on-CPU interval with another:
+	                          * their segments are that interval's even share */
+	__u64 parked_sleeps;     /* real sleeps while PARKED */
+	__u64 pre_sleep_ns;      /* sums over the episodes */
+	__u64 between_sleeps_ns;
+	__u64 post_wake_ns;
+	__u64 pre_sleep_max_ns;  /* largest of one episode */
+	__u64 between_sleeps_max_ns;
+	__u64 post_wake_max_ns;
+	__u64 hot_episodes;      /* episodes with any segment over its bound */
+	__u64 hot_pre_sleep;     /* episodes hot in each segment */
+	__u64 hot_between_sleeps;
+	__u64 hot_post_wake;
 	/* Snapshots (private to BPF; exported for debugging). */
 	__u64 snap_exec_ns;      /* se.sum_exec_runtime at last switch-out */
 	__u64 snap_run_delay;    /* sched_info.run_delay at last switch-out */
@@ -89,8 +144,39 @@ struct thread_acct {
 	__u64 in_ts;             /* bpf_ktime at switch-in (0 = unknown) */
 	__u64 in_state_ns[SLOTRING_LEASE_STATES]; /* lease clock at switch-in */
 	__u64 wake_ts;           /* bpf_ktime of the last wake-up while PARKED */
-	__u64 park_cpu_ns;       /* on-CPU in the current parked episode */
+	/* The open episode (private to BPF). */
+	__u64 ep_seen_parks;     /* lease_clock.parks accounted so far */
+	__u64 ep_phase;          /* SLOTRING_EP_* */
+	__u64 ep_parked_base_ns; /* lease clock's parked total at its park */
+	__u64 ep_seg_ns;         /* on-CPU in the current segment */
+	__u64 ep_pre_sleep_ns;   /* its pre-sleep segment, once it slept */
+	__u64 ep_between_ns;     /* its between-sleeps total so far */
+	__u64 ep_sleeps;         /* its real sleeps so far */
+	__u64 ep_sleep_ts;       /* bpf_ktime of the switch-out of a sleep in
+	                          * progress (0 = none) */
+	__u64 ep_last_sleep_ns;  /* its last sleep: switch-out to wake-up */
 	__u64 initialized;
+};
+
+/* One hot episode as logged (values in ns). */
+struct hot_episode {
+	__u64 end_ns;            /* bpf_ktime of the switch event that ended it */
+	__u64 wait_ns;           /* wall time parked */
+	__u64 pre_sleep_ns;
+	__u64 between_sleeps_ns;
+	__u64 post_wake_ns;
+	__u64 sleeps;
+	__u64 last_sleep_ns;     /* the sleep before the post-wake segment */
+	__u64 hot;               /* SLOTRING_HOT_* bits */
+	__u64 count;             /* episodes this entry stands for (> 1: several
+	                          * ended in one on-CPU interval, an even split) */
+};
+
+/* `hot_episodes` map: per thread (the index of lease/thread_acct), the last
+ * SLOTRING_HOT_KEEP hot episodes; entry (logged - 1) % KEEP is the newest. */
+struct hot_log {
+	__u64 logged;
+	struct hot_episode ep[SLOTRING_HOT_KEEP];
 };
 
 /* A global exp2 histogram (one map entry). */

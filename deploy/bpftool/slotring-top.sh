@@ -158,7 +158,7 @@ report() {
       printf "\nIO     reads/s %.0f  MiB/s %.1f  page-cache hits/s %.0f  NOWAIT misses/s %.1f  waits/s %.1f\n",
         r(u "reads"), r(u "read_bytes") / mib, r(u "page_cache_hits"), r(u "nowait_misses"), r(u "waits_submitted")
       # Lease state 2 = parked. Parked time counts closed parked intervals.
-      parked = 0; oncpu = 0; runq = 0; threads = 0
+      parked = 0; oncpu = 0; runq = 0; threads = 0; episodes = 0; hot = 0
       for (k in cur) {
         split(k, p, " ")
         # A slot taken over by a new thread restarts its totals: count
@@ -167,9 +167,14 @@ report() {
         if (p[1] == "lease" && p[3] == "state_ns[2]") { if (same) parked += cur[k] - prev[k]; if (cur["lease " p[2] " tid"] > 0) threads++ }
         if (p[1] == "thread_acct" && p[3] == "on_cpu_ns[2]" && same) oncpu += cur[k] - prev[k]
         if (p[1] == "thread_acct" && p[3] == "runq_ns[2]" && same) runq += cur[k] - prev[k]
+        if (p[1] == "thread_acct" && p[3] == "episodes" && same) episodes += cur[k] - prev[k]
+        if (p[1] == "thread_acct" && p[3] == "hot_episodes" && same) hot += cur[k] - prev[k]
       }
       printf "\nKERNEL threads %d  parked %.2f thread-s/s  on-CPU while parked %.3f ms/s (%.4f%%)  run queue while parked %.3f ms/s\n",
         threads, parked / 1e9 / dt, oncpu / 1e6 / dt, (parked > 0 ? 100 * oncpu / parked : 0), runq / 1e6 / dt
+      # Hot: parked episodes over the per-episode bounds (the verdict).
+      printf "       parked episodes/s %.1f  hot/s %.1f (%.2f%%)\n",
+        episodes / dt, hot / dt, (episodes > 0 ? 100 * hot / episodes : 0)
     }' "$1" "$2"
 }
 

@@ -50,6 +50,7 @@ pub(crate) const BENCHES: &[Suite] = &[
     suite("write", &[("slotring-bench", "write")]),
     suite("wait", &[("slotring-bench", "wait")]),
     suite("bpf", &[("slotring-bpf", "bpf")]),
+    suite("verdict", &[("slotring-bpf", "verdict")]),
     suite("e2e", &[("slotring-cli", "e2e")]),
     Suite {
         name: "adaptive",

@@ -15,89 +15,15 @@
 //!   switch events of the traced threads.
 
 use std::hint::black_box;
-use std::os::fd::{AsFd, OwnedFd};
-use std::time::Instant;
 
 use slotring_benchkit::{Report, median, ns_per_iter};
-use slotring_bpf::{BpfConfig, BpfError, LEASE_MIRROR, ProgStats, SlotringBpf};
-use slotring_throttle::{LeaseObserver, LeaseState, notify_lease_state};
+use slotring_bpf::{BpfError, LEASE_MIRROR, SlotringBpf};
+use slotring_throttle::{LeaseObserver, LeaseState};
 
-const SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
-const ROUNDS: u32 = 20_000;
+#[path = "common/prog_cost.rs"]
+mod prog_cost;
 
-struct StatsGuard(String);
-
-impl StatsGuard {
-    fn enable() -> Self {
-        let old = std::fs::read_to_string(SYSCTL).expect("read bpf_stats_enabled");
-        std::fs::write(SYSCTL, "1").expect("enable bpf_stats_enabled (root)");
-        Self(old.trim().to_owned())
-    }
-}
-
-impl Drop for StatsGuard {
-    fn drop(&mut self) {
-        let _ = std::fs::write(SYSCTL, &self.0);
-    }
-}
-
-fn pin_to(cpu: usize) {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).expect("cpu in range");
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).expect("setaffinity");
-}
-
-fn tid() -> u32 {
-    nix::unistd::gettid().as_raw() as u32
-}
-
-/// Two threads on one CPU bouncing a byte through two pipes. Returns the
-/// wall ns per round trip and the two thread ids.
-fn pingpong(rounds: u32) -> (f64, [u32; 2]) {
-    let (a_r, a_w) = nix::unistd::pipe().unwrap();
-    let (b_r, b_w) = nix::unistd::pipe().unwrap();
-    let cpu = 1 % std::thread::available_parallelism().map_or(1, |n| n.get());
-    let side = move |rx: OwnedFd, tx: OwnedFd, first: bool| {
-        move || {
-            pin_to(cpu);
-            notify_lease_state(LeaseState::Running);
-            let mut buf = [0u8; 1];
-            let start = Instant::now();
-            for _ in 0..rounds {
-                if first {
-                    nix::unistd::write(tx.as_fd(), b"x").unwrap();
-                    nix::unistd::read(rx.as_fd(), &mut buf).unwrap();
-                } else {
-                    nix::unistd::read(rx.as_fd(), &mut buf).unwrap();
-                    nix::unistd::write(tx.as_fd(), b"x").unwrap();
-                }
-            }
-            let ns = start.elapsed().as_nanos() as f64 / f64::from(rounds);
-            notify_lease_state(LeaseState::NotHolding);
-            (ns, tid())
-        }
-    };
-    let h1 = std::thread::spawn(side(a_r, b_w, true));
-    let h2 = std::thread::spawn(side(b_r, a_w, false));
-    let (ns, t1) = h1.join().unwrap();
-    let (_, t2) = h2.join().unwrap();
-    (ns, [t1, t2])
-}
-
-fn prog(stats: &[ProgStats], name: &str) -> (u64, u64) {
-    stats
-        .iter()
-        .find(|p| p.name == name)
-        .map_or((0, 0), |p| (p.run_time_ns, p.run_count))
-}
-
-fn load(dir: &str, tgid: u32) -> Result<SlotringBpf, BpfError> {
-    SlotringBpf::load(BpfConfig {
-        pin_dir: format!("/sys/fs/bpf/{dir}-{}", std::process::id()).into(),
-        target_tgid: tgid,
-        ..BpfConfig::default()
-    })
-}
+use prog_cost::{ROUNDS, load, pingpong};
 
 struct Noop;
 impl LeaseObserver for Noop {
@@ -109,77 +35,28 @@ impl LeaseObserver for Noop {
 fn main() {
     let mut report = Report::new("bpf");
     slotring_bpf::install_lease_observer();
-    let guard = StatsGuard::enable();
 
-    // 1. Everything filtered: probes for a tgid that does not exist.
-    let filtered = match load("slotring-bench-filtered", 0x7fff_fff0) {
-        Ok(b) => b,
-        Err(e) => {
-            eprintln!("bpf bench: probes unavailable, nothing to measure: {e}");
-            return;
-        }
+    // 1-2. Per event: filtered, traced.
+    let Some(cost) = prog_cost::measure() else {
+        return;
     };
-    let before = filtered.prog_stats();
-    let _ = pingpong(ROUNDS);
-    let after = filtered.prog_stats();
-    let (t0, c0) = prog(&before, "switch_btf");
-    let (t1, c1) = prog(&after, "switch_btf");
-    let f_switch = (t1 - t0) as f64 / (c1 - c0).max(1) as f64;
-    let (t0, c0) = prog(&before, "wakeup_btf");
-    let (t1, c1) = prog(&after, "wakeup_btf");
-    let f_wakeup = (t1 - t0) as f64 / (c1 - c0).max(1) as f64;
-    drop(filtered);
-    report.put(
-        "filtered_prog_ns",
-        f_switch,
-        "ns per sched_switch dropped by the tgid filter (goal <= 70)",
-    );
-
-    // 2. Traced: our ping-pong threads registered.
-    let traced = load("slotring-bench-traced", std::process::id()).expect("load traced");
-    let before = traced.prog_stats();
-    let (_, tids) = pingpong(ROUNDS);
-    let after = traced.prog_stats();
-    let mut events = 0u64;
-    let mut wakeups = 0u64;
-    let mut missed = 0u64;
-    for t in tids {
-        let a = traced.thread_acct(t).expect("registered");
-        events += a.events;
-        wakeups += a.wakeups.iter().sum::<u64>();
-        missed += a.missed_switch_in + a.missed_switch_out;
-    }
-    // A switch between the two threads is one run with two events.
-    let runs_traced = (events / 2).max(1);
-    let (t0, c0) = prog(&before, "switch_btf");
-    let (t1, c1) = prog(&after, "switch_btf");
-    let other = (c1 - c0).saturating_sub(runs_traced) as f64;
-    let switch_ns = ((t1 - t0) as f64 - other * f_switch) / runs_traced as f64;
-    let (t0, c0) = prog(&before, "wakeup_btf");
-    let (t1, c1) = prog(&after, "wakeup_btf");
-    let other_w = (c1 - c0).saturating_sub(wakeups) as f64;
-    let wakeup_ns = ((t1 - t0) as f64 - other_w * f_wakeup) / wakeups.max(1) as f64;
-    report.put(
-        "switch_prog_ns",
-        switch_ns,
-        "ns per sched_switch of traced threads (goal <= 150)",
-    );
+    prog_cost::put_switch_costs(&mut report, &cost);
     report.put(
         "wakeup_prog_ns",
-        wakeup_ns,
+        cost.wakeup_ns,
         "ns per sched_wakeup of a traced thread (goal <= 150)",
     );
     report.put(
         "missed_switch_ratio",
-        missed as f64 / (events + missed).max(1) as f64,
+        cost.missed_ratio,
         "switch events that never reached BPF (time stays exact)",
     );
 
     // 3. Ping-pong with probes on vs off, alternating (stats collection off:
     // it adds two clock reads per program run).
-    drop(guard);
     let mut on = Vec::new();
     let mut off = Vec::new();
+    let traced = load("slotring-bench-traced", std::process::id()).expect("load traced");
     for _ in 0..5 {
         on.push(pingpong(ROUNDS / 2).0);
     }

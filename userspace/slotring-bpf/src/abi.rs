@@ -178,6 +178,9 @@ abi_struct! {
         since_ns: u64,
         /// Wall ns spent in each state up to `since_ns`.
         state_ns: [u64; LEASE_STATES],
+        /// Transitions into `Parked` up to `since_ns` (in the clock, so
+        /// that BPF reads the count with the state it belongs to).
+        parks: u64,
     }
 }
 
@@ -205,10 +208,6 @@ abi_struct! {
         tid: u64,
         /// Which `clk` is current (0 or 1).
         active: u64,
-        /// Transitions into `Parked`.
-        parks: u64,
-        /// Transitions out of `Parked`.
-        unparks: u64,
         /// The two clock buffers.
         clk: [LeaseClock; 2],
     }
@@ -219,7 +218,20 @@ impl LeaseSlot {
     pub fn clock(&self) -> &LeaseClock {
         &self.clk[(self.active & 1) as usize]
     }
+
+    /// Transitions into `Parked`.
+    pub fn parks(&self) -> u64 {
+        self.clock().parks
+    }
+
+    /// Transitions out of `Parked`.
+    pub fn unparks(&self) -> u64 {
+        let c = self.clock();
+        c.parks.saturating_sub(u64::from(c.state == PARKED))
+    }
 }
+
+const PARKED: u64 = slotring_throttle::LeaseState::Parked as u64;
 
 impl LeaseClock {
     /// Wall ns spent in `state` up to `now` (CLOCK_MONOTONIC).
@@ -260,6 +272,33 @@ abi_struct! {
         missed_switch_out: u64,
         /// Switch events handled.
         events: u64,
+        /// Parked episodes that ended (one per park, once unparked).
+        episodes: u64,
+        /// Of those, episodes that ended inside one on-CPU interval with
+        /// another: their segments are that interval's even share.
+        episodes_split: u64,
+        /// Real sleeps (`!preempt && prev_state != 0`) while parked.
+        parked_sleeps: u64,
+        /// On-CPU ns before the first real sleep, summed over episodes.
+        pre_sleep_ns: u64,
+        /// On-CPU ns between real sleeps, summed over episodes.
+        between_sleeps_ns: u64,
+        /// On-CPU ns after the last wake-up, summed over episodes.
+        post_wake_ns: u64,
+        /// The largest pre-sleep segment of one episode, ns.
+        pre_sleep_max_ns: u64,
+        /// The largest between-sleeps total of one episode, ns.
+        between_sleeps_max_ns: u64,
+        /// The largest post-wake segment of one episode, ns.
+        post_wake_max_ns: u64,
+        /// Episodes with a segment over its bound ([`EpisodeRule`]).
+        hot_episodes: u64,
+        /// Episodes over the pre-sleep bound.
+        hot_pre_sleep: u64,
+        /// Episodes over the between-sleeps bound.
+        hot_between_sleeps: u64,
+        /// Episodes over the post-wake bound.
+        hot_post_wake: u64,
         /// BPF private: `se.sum_exec_runtime` at the last switch-out.
         snap_exec_ns: u64,
         /// BPF private: `sched_info.run_delay` at the last switch-out.
@@ -278,10 +317,114 @@ abi_struct! {
         in_state_ns: [u64; LEASE_STATES],
         /// BPF private: time of the last wake-up while parked.
         wake_ts: u64,
-        /// BPF private: on-CPU ns in the current parked episode.
-        park_cpu_ns: u64,
+        /// BPF private: the lease clock's park count accounted so far.
+        ep_seen_parks: u64,
+        /// BPF private: the open episode's phase (none, pre-sleep, slept).
+        ep_phase: u64,
+        /// BPF private: the lease clock's parked total at the open park.
+        ep_parked_base_ns: u64,
+        /// BPF private: on-CPU ns of the current segment.
+        ep_seg_ns: u64,
+        /// BPF private: the open episode's pre-sleep segment, once it slept.
+        ep_pre_sleep_ns: u64,
+        /// BPF private: the open episode's between-sleeps total so far.
+        ep_between_ns: u64,
+        /// BPF private: the open episode's real sleeps so far.
+        ep_sleeps: u64,
+        /// BPF private: switch-out time of a sleep in progress (0 = none).
+        ep_sleep_ts: u64,
+        /// BPF private: the open episode's last sleep, ns.
+        ep_last_sleep_ns: u64,
         /// BPF private: baseline taken.
         initialized: u64,
+    }
+}
+
+abi_struct! {
+    /// `struct episode_rule`: the bounds BPF judges each parked episode by
+    /// (the single entry of the `episode_rule` map; fractions in parts per
+    /// million). An episode is hot when its pre-sleep segment exceeds
+    /// `pre_sleep_ns`, its between-sleeps total exceeds `between_ppm` of its
+    /// wait, or its post-wake segment exceeds `post_wake_ns` plus
+    /// `post_wake_ppm` of the sleep before it.
+    EpisodeRule = "episode_rule" {
+        /// Bound on the on-CPU time from the park to the first real sleep.
+        pre_sleep_ns: u64,
+        /// Bound on the on-CPU time between sleeps, ppm of the wait.
+        between_ppm: u64,
+        /// Base bound on the on-CPU time from the last wake-up to the unpark.
+        post_wake_ns: u64,
+        /// Plus this many ppm of the length of the sleep before it.
+        post_wake_ppm: u64,
+    }
+}
+
+/// `SLOTRING_HOT_PRE_SLEEP`: a hot episode's pre-sleep segment was over.
+pub const HOT_PRE_SLEEP: u64 = 1;
+/// `SLOTRING_HOT_BETWEEN_SLEEPS`: its between-sleeps total was over.
+pub const HOT_BETWEEN_SLEEPS: u64 = 2;
+/// `SLOTRING_HOT_POST_WAKE`: its post-wake segment was over.
+pub const HOT_POST_WAKE: u64 = 4;
+/// Hot episodes logged per thread (`SLOTRING_HOT_KEEP`).
+pub const HOT_KEEP: usize = 4;
+
+abi_struct! {
+    /// `struct hot_episode`: one parked episode that was over a bound.
+    HotEpisode = "hot_episode" {
+        /// `bpf_ktime_get_ns` (CLOCK_MONOTONIC) of the switch event that
+        /// ended it.
+        end_ns: u64,
+        /// Wall ns parked.
+        wait_ns: u64,
+        /// On-CPU ns before the first real sleep.
+        pre_sleep_ns: u64,
+        /// On-CPU ns between sleeps.
+        between_sleeps_ns: u64,
+        /// On-CPU ns after the last wake-up.
+        post_wake_ns: u64,
+        /// Real sleeps.
+        sleeps: u64,
+        /// The sleep before the post-wake segment, ns.
+        last_sleep_ns: u64,
+        /// Which bounds it was over ([`HOT_PRE_SLEEP`], …).
+        hot: u64,
+        /// Episodes this entry stands for (more than one: several ended in
+        /// one on-CPU interval and share its figures evenly).
+        count: u64,
+    }
+}
+
+impl Words for [HotEpisode; HOT_KEEP] {
+    const WORDS: usize = HOT_KEEP * HotEpisode::WORDS;
+    fn read(words: &[u64]) -> Self {
+        let w = HotEpisode::WORDS;
+        std::array::from_fn(|i| HotEpisode::from_words(&words[i * w..(i + 1) * w]))
+    }
+    fn write(&self, out: &mut Vec<u64>) {
+        for e in self {
+            out.extend(e.to_words());
+        }
+    }
+}
+
+abi_struct! {
+    /// `struct hot_log`: one thread's last [`HOT_KEEP`] hot episodes (an
+    /// entry of the `hot_episodes` map, at the thread's index).
+    HotLog = "hot_log" {
+        /// Hot episodes logged; entry `(logged - 1) % HOT_KEEP` is the newest.
+        logged: u64,
+        /// The ring.
+        ep: [HotEpisode; HOT_KEEP],
+    }
+}
+
+impl HotLog {
+    /// The logged episodes, oldest first.
+    pub fn recent(&self) -> Vec<HotEpisode> {
+        let n = (self.logged as usize).min(HOT_KEEP);
+        (self.logged as usize - n..self.logged as usize)
+            .map(|i| self.ep[i % HOT_KEEP])
+            .collect()
     }
 }
 
@@ -460,7 +603,7 @@ mod tests {
         let long = ThrottleStats::new(&"x".repeat(40), &Default::default());
         assert_eq!(long.name_str().len(), NAME_LEN - 1);
         assert_eq!(ThreadAcct::WORDS * 8, size_of::<ThreadAcct>());
-        assert_eq!(LeaseSlot::layout().last().map(|f| f.offset), Some(32));
+        assert_eq!(LeaseSlot::layout().last().map(|f| f.offset), Some(16));
     }
 
     #[test]
@@ -538,10 +681,13 @@ mod round_trip {
 
     proptest! {
         #[test]
-        fn every_mirror_round_trips(words in proptest::collection::vec(any::<u64>(), 40)) {
+        fn every_mirror_round_trips(words in proptest::collection::vec(any::<u64>(), 64)) {
             check::<LeaseSlot>(&words);
             check::<LeaseClock>(&words);
             check::<ThreadAcct>(&words);
+            check::<EpisodeRule>(&words);
+            check::<HotEpisode>(&words);
+            check::<HotLog>(&words);
             check::<Hist>(&words);
             check::<Owner>(&words);
             check::<ThrottleStats>(&words);

@@ -242,6 +242,14 @@ pub enum BpfError {
     /// An invalid verification threshold.
     #[error("threshold ratio {0} is not in [0, 1]")]
     BadThreshold(f64),
+    /// A fraction of the per-episode rule over 100 %.
+    #[error("episode rule `{field}` is {value} parts per million, more than 1000000")]
+    BadRule {
+        /// The field of [`crate::abi::EpisodeRule`].
+        field: &'static str,
+        /// Its value.
+        value: u64,
+    },
 }
 
 impl BpfError {

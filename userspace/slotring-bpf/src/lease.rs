@@ -37,18 +37,21 @@ use aya::maps::{HashMap as BpfHashMap, MapData};
 use slotring_throttle::{LeaseObserver, LeaseState};
 
 use crate::BpfError;
-use crate::abi::{AbiStruct, LEASE_STATES, LeaseClock, LeaseSlot, MAX_THREADS, ThreadAcct};
+use crate::abi::{AbiStruct, HotLog, LEASE_STATES, LeaseClock, LeaseSlot, MAX_THREADS, ThreadAcct};
 use crate::region::Region;
 
 // Word offsets in `struct lease_slot` / `struct lease_clock`.
 pub(crate) const W_TID: usize = 0;
 pub(crate) const W_ACTIVE: usize = 1;
-const W_PARKS: usize = 2;
-const W_UNPARKS: usize = 3;
-const W_CLK: usize = 4;
+const W_CLK: usize = 2;
 const C_STATE: usize = 0;
 const C_SINCE: usize = 1;
 const C_STATE_NS: usize = 2;
+const C_PARKS: usize = 2 + LEASE_STATES;
+/// Word offset of `events` in `struct thread_acct`.
+const W_EVENTS: usize = std::mem::offset_of!(ThreadAcct, events) / 8;
+/// Most sleeps a thread that unregisters takes for its final switch-out.
+const FINAL_SLEEPS: u32 = 10;
 
 /// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns` (vDSO, no syscall).
 pub fn monotonic_ns() -> u64 {
@@ -98,20 +101,43 @@ pub(crate) struct Shared {
     pub(crate) alive: AtomicBool,
     pub(crate) lease: Region,
     pub(crate) acct: Region,
+    /// The `hot_episodes` log, at the same index as `lease` and `acct`.
+    pub(crate) hot: Region,
     pub(crate) reg: Mutex<Registry>,
+}
+
+/// The per-thread regions of an instance: lease slots, accounting and the
+/// hot-episode log, all indexed alike.
+pub(crate) struct ThreadRegions {
+    pub(crate) lease: Region,
+    pub(crate) acct: Region,
+    pub(crate) hot: Region,
+}
+
+impl ThreadRegions {
+    /// Plain memory (degraded mode and unit tests).
+    pub(crate) fn heap() -> Self {
+        let n = MAX_THREADS as usize;
+        Self {
+            lease: Region::heap(LeaseSlot::WORDS, n),
+            acct: Region::heap(ThreadAcct::WORDS, n),
+            hot: Region::heap(HotLog::WORDS, n),
+        }
+    }
 }
 
 impl Shared {
     pub(crate) fn new(
-        lease: Region,
-        acct: Region,
+        regions: ThreadRegions,
         index: Option<BpfHashMap<MapData, u32, u32>>,
         direct: bool,
     ) -> &'static Shared {
+        let ThreadRegions { lease, acct, hot } = regions;
         Box::leak(Box::new(Shared {
             alive: AtomicBool::new(true),
             lease,
             acct,
+            hot,
             reg: Mutex::new(Registry {
                 alive: true,
                 index,
@@ -179,10 +205,12 @@ impl Shared {
             acct.initialized = 1;
         }
         self.acct.store(i, &acct.to_words());
+        self.hot.store(i, &HotLog::default().to_words());
         let clock = LeaseClock {
             state: LeaseState::NotHolding as u64,
             since_ns: now,
             state_ns: [0; LEASE_STATES],
+            parks: 0,
         };
         let slot = LeaseSlot {
             clk: [clock; 2],
@@ -212,9 +240,19 @@ impl Shared {
             LeaseState::NotHolding as u64,
             monotonic_ns(),
         );
-        // Block once so the kernel sees a final switch-out and accounts the
-        // thread's last on-CPU interval before it stops being tracked.
-        std::thread::sleep(std::time::Duration::from_micros(50));
+        // Block so the kernel sees a final switch-out and accounts the
+        // thread's last on-CPU interval (and ends its last episode) before
+        // it stops being tracked. A short sleep whose timer fires before
+        // the thread gets off the CPU is no switch at all: sleep again until
+        // the programs have seen one (a few times at most).
+        let events = &self.acct.entry(idx as usize)[W_EVENTS];
+        let seen = events.load(Ordering::Relaxed);
+        for _ in 0..FINAL_SLEEPS {
+            std::thread::sleep(std::time::Duration::from_micros(50));
+            if !self.acct.is_mapped() || events.load(Ordering::Relaxed) != seen {
+                break;
+            }
+        }
         let mut reg = self.registry();
         if !reg.alive {
             return;
@@ -237,6 +275,7 @@ impl Shared {
         self.alive.store(false, Ordering::Release);
         self.lease.retire();
         self.acct.retire();
+        self.hot.retire();
     }
 }
 
@@ -324,14 +363,11 @@ pub(crate) fn write_state(slot: &[std::sync::atomic::AtomicU64], new: u64, now: 
     }
     slot[next + C_STATE].store(new, Ordering::Relaxed);
     slot[next + C_SINCE].store(now, Ordering::Relaxed);
-    if new == LeaseState::Parked as u64 {
-        let p = slot[W_PARKS].load(Ordering::Relaxed);
-        slot[W_PARKS].store(p + 1, Ordering::Relaxed);
-    }
-    if old == LeaseState::Parked as u64 {
-        let u = slot[W_UNPARKS].load(Ordering::Relaxed);
-        slot[W_UNPARKS].store(u + 1, Ordering::Relaxed);
-    }
+    let parks = slot[cur + C_PARKS].load(Ordering::Relaxed);
+    slot[next + C_PARKS].store(
+        parks + u64::from(new == LeaseState::Parked as u64),
+        Ordering::Relaxed,
+    );
     slot[W_ACTIVE].store((1 - a) as u64, Ordering::Release);
 }
 
@@ -390,13 +426,12 @@ pub(crate) mod tests {
         let slot = LeaseSlot::layout();
         assert_eq!(off(slot.clone(), "tid"), W_TID);
         assert_eq!(off(slot.clone(), "active"), W_ACTIVE);
-        assert_eq!(off(slot.clone(), "parks"), W_PARKS);
-        assert_eq!(off(slot.clone(), "unparks"), W_UNPARKS);
         assert_eq!(off(slot, "clk"), W_CLK);
         let clk = LeaseClock::layout();
         assert_eq!(off(clk.clone(), "state"), C_STATE);
         assert_eq!(off(clk.clone(), "since_ns"), C_SINCE);
-        assert_eq!(off(clk, "state_ns"), C_STATE_NS);
+        assert_eq!(off(clk.clone(), "state_ns"), C_STATE_NS);
+        assert_eq!(off(clk, "parks"), C_PARKS);
     }
 
     #[test]
@@ -411,7 +446,10 @@ pub(crate) mod tests {
         let l = read(&s);
         let c = l.clock();
         assert_eq!(c.state_ns, [50, 21, 1000]);
-        assert_eq!((l.parks, l.unparks, c.since_ns, c.state), (1, 1, 1171, 0));
+        assert_eq!(
+            (l.parks(), l.unparks(), c.since_ns, c.state),
+            (1, 1, 1171, 0)
+        );
         assert_eq!(c.time_in(0, 1200), 50 + 29);
         // The other half still holds the previous, complete clock.
         let prev = &l.clk[1 - l.active as usize];
@@ -433,12 +471,7 @@ pub(crate) mod tests {
     fn registration_errors_say_why_and_name_the_thread() {
         let _g = instances();
         // An instance being dropped refuses new threads.
-        let dead = Shared::new(
-            crate::region::Region::heap(LeaseSlot::WORDS, MAX_THREADS as usize),
-            crate::region::Region::heap(crate::abi::ThreadAcct::WORDS, MAX_THREADS as usize),
-            None,
-            true,
-        );
+        let dead = Shared::new(ThreadRegions::heap(), None, true);
         dead.kill();
         assert!(matches!(
             dead.register(4242),
@@ -486,7 +519,7 @@ pub(crate) mod tests {
         std::thread::sleep(std::time::Duration::from_millis(2));
         LEASE_MIRROR.on_lease_state(LeaseState::NotHolding);
         let l = bpf.lease_slot(me).unwrap();
-        assert_eq!((l.parks, l.unparks, l.tid), (1, 1, u64::from(me)));
+        assert_eq!((l.parks(), l.unparks(), l.tid), (1, 1, u64::from(me)));
         assert!(l.clock().state_ns[2] >= 2_000_000, "{l:?}");
         let r = bpf.verify(&[me], crate::VerifyConfig::default()).unwrap();
         assert!(
@@ -497,7 +530,7 @@ pub(crate) mod tests {
             bpf.verify(
                 &[me],
                 crate::VerifyConfig {
-                    max_parked_cpu_ratio: 2.0,
+                    tolerated_hot_fraction: 2.0,
                     ..crate::VerifyConfig::default()
                 }
             ),
@@ -552,7 +585,7 @@ mod model {
             let l = LeaseSlot::from_words(&slot.iter().map(|w| w.load(Ordering::Relaxed)).collect::<Vec<_>>());
             let c = l.clock();
             prop_assert_eq!(c.state_ns, model);
-            prop_assert_eq!((c.state, c.since_ns, l.parks, l.unparks), (state, since, parks, unparks));
+            prop_assert_eq!((c.state, c.since_ns, l.parks(), l.unparks()), (state, since, parks, unparks));
         }
     }
 }

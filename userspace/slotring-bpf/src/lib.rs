@@ -22,7 +22,9 @@
 //!   leases ([`RunqProbe`]) sizes the slot budget through
 //!   `slotring_slots::BudgetController`.
 //! * [`SlotringBpf::verify`] turns the kernel's accounting into a
-//!   [`VerificationReport`] with a [`Verdict`].
+//!   [`VerificationReport`] with a [`Verdict`]: per parked episode, the
+//!   on-CPU time before the first sleep, between sleeps and after the last
+//!   wake-up, each with its own bound (the model is in `verify.rs`).
 
 #![deny(unsafe_code)]
 
@@ -40,12 +42,20 @@ mod region;
 mod verify;
 
 pub use abi::{
-    AbiStruct, FieldLayout, Hist, LeaseClock, LeaseSlot, Owner, ThreadAcct, ThrottleStats,
+    AbiStruct, EpisodeRule, FieldLayout, Hist, HotEpisode, HotLog, LeaseClock, LeaseSlot, Owner,
+    ThreadAcct, ThrottleStats,
 };
 pub use budget::{AdaptiveBudget, BudgetPoint, RunqProbe};
 pub use error::BpfError;
 pub use lease::{LEASE_MIRROR, LeaseMirror, install_lease_observer, monotonic_ns};
 pub use loader::{
-    AttachMode, BpfConfig, DEFAULT_PIN_ROOT, NamedId, OBJECT, ProbeStatus, ProgStats, SlotringBpf,
+    AttachMode, BpfConfig, DEFAULT_PIN_ROOT, EPISODE_RULE_MAP, HistKind, NamedId, OBJECT,
+    ProbeStatus, ProgStats, SlotringBpf,
 };
-pub use verify::{ThreadReport, Verdict, VerificationReport, VerifyConfig, parked_blocks};
+pub use verify::{
+    BETWEEN_SLEEPS_FRACTION, EpisodeFigures, Histograms, POST_WAKE_BOUND, POST_WAKE_FRACTION,
+    PRE_SLEEP_BOUND, ParkedWindow, Reading, Segments, TOLERATED_HOT_EPISODES,
+    TOLERATED_HOT_FRACTION, ThreadReport, Verdict, VerificationReport, VerifyConfig, WINDOW_HEADER,
+    describe_hot, describe_rule, describe_segments, hot_names, open_episode, write_failing,
+    write_window_row,
+};

@@ -16,11 +16,11 @@ use slotring_counters::slots::SlotsCounters;
 use slotring_counters::uring::UringCounters;
 
 use crate::abi::{
-    AbiStruct, HIST_SLOTS, Hist, LeaseSlot, MAX_THREADS, MAX_THROTTLERS, Owner, ThreadAcct,
-    ThrottleStats,
+    AbiStruct, EpisodeRule, HIST_SLOTS, Hist, HotEpisode, HotLog, LeaseSlot, MAX_THREADS,
+    MAX_THROTTLERS, Owner, ThreadAcct, ThrottleStats,
 };
 use crate::error::is_perm;
-use crate::lease::{self, Shared};
+use crate::lease::{self, Shared, ThreadRegions};
 use crate::pins::{OWNER_MAP, PinDirs};
 use crate::region::Region;
 
@@ -44,10 +44,60 @@ const PINNED_MAPS: &[&str] = &[
     "thread_index",
     "hist_park_cpu",
     "hist_unpark_rq",
+    "hist_pre_sleep",
+    "hist_between_sleeps",
+    "hist_post_wake",
+    "hot_episodes",
+    EPISODE_RULE_MAP,
     "throttle",
     "slots",
     "uring",
 ];
+
+/// The map holding the [`EpisodeRule`] the programs judge episodes by.
+pub const EPISODE_RULE_MAP: &str = "episode_rule";
+
+/// The process-wide exp2 histograms of the probes (one map each, named by
+/// [`HistKind::map`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistKind {
+    /// On-CPU ns per parked episode (all its segments): one sample per
+    /// episode.
+    ParkCpu,
+    /// Run-queue latency at unpark (wake-up to switch-in), ns.
+    UnparkRunq,
+    /// On-CPU ns before an episode's first real sleep: one sample per
+    /// episode.
+    PreSleep,
+    /// On-CPU ns between an episode's sleeps: one sample per episode that
+    /// slept twice or more.
+    BetweenSleeps,
+    /// On-CPU ns after an episode's last wake-up: one sample per episode
+    /// that slept.
+    PostWake,
+}
+
+impl HistKind {
+    /// Every histogram.
+    pub const ALL: [HistKind; 5] = [
+        HistKind::ParkCpu,
+        HistKind::UnparkRunq,
+        HistKind::PreSleep,
+        HistKind::BetweenSleeps,
+        HistKind::PostWake,
+    ];
+
+    /// The map's name (pinned under it).
+    pub fn map(self) -> &'static str {
+        match self {
+            HistKind::ParkCpu => "hist_park_cpu",
+            HistKind::UnparkRunq => "hist_unpark_rq",
+            HistKind::PreSleep => "hist_pre_sleep",
+            HistKind::BetweenSleeps => "hist_between_sleeps",
+            HistKind::PostWake => "hist_post_wake",
+        }
+    }
+}
 
 /// `(tp_btf program, raw_tp program, tracepoint)`.
 const PROGRAMS: &[(&str, &str, &str)] = &[
@@ -116,6 +166,9 @@ pub struct BpfConfig {
     /// the programs find it with an array lookup instead of a hash lookup
     /// (default `true`; `false` sends every thread through `thread_index`).
     pub direct_index: bool,
+    /// The rule the programs judge each parked episode by (default
+    /// [`EpisodeRule::default_rule`], the constants of `verify.rs`).
+    pub episode_rule: EpisodeRule,
 }
 
 impl Default for BpfConfig {
@@ -128,6 +181,7 @@ impl Default for BpfConfig {
             target_tgid: std::process::id(),
             force_raw_tp: false,
             direct_index: true,
+            episode_rule: EpisodeRule::default_rule(),
         }
     }
 }
@@ -162,8 +216,8 @@ struct Kernel {
 /// one that holds the pins of a live (or unjudgeable) owner.
 pub struct SlotringBpf {
     pub(crate) shared: &'static Shared,
-    pub(crate) hist_park: Region,
-    pub(crate) hist_rq: Region,
+    hists: [Region; HistKind::ALL.len()],
+    rule: Region,
     throttle: Region,
     slots: Region,
     uring: Region,
@@ -303,6 +357,17 @@ fn map_fd_region(ebpf: &Ebpf, name: &str, words: usize, entries: u32) -> Result<
     Region::map(name, data.fd().as_fd(), words, entries as usize)
 }
 
+/// A region per histogram, in the order of [`HistKind::ALL`].
+fn hist_regions(
+    mut open: impl FnMut(HistKind) -> Result<Region, BpfError>,
+) -> Result<[Region; HistKind::ALL.len()], BpfError> {
+    let mut v = Vec::with_capacity(HistKind::ALL.len());
+    for k in HistKind::ALL {
+        v.push(open(k)?);
+    }
+    Ok(v.try_into().ok().expect("one region per kind"))
+}
+
 fn is_bpffs(p: &Path) -> bool {
     nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type().0 == BPF_FS_MAGIC)
 }
@@ -393,6 +458,7 @@ static DEGRADED_ONCE: Once = Once::new();
 impl SlotringBpf {
     /// Load, attach, pin and mmap; a typed error names the cause.
     pub fn load(cfg: BpfConfig) -> Result<Self, BpfError> {
+        cfg.episode_rule.check()?;
         let btf = Btf::from_sys_fs().map_err(BpfError::NoBtf)?;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
@@ -413,10 +479,15 @@ impl SlotringBpf {
                 }
             }
         };
-        let lease = map_fd_region(&ebpf, "lease", LeaseSlot::WORDS, MAX_THREADS)?;
-        let acct = map_fd_region(&ebpf, "thread_acct", ThreadAcct::WORDS, MAX_THREADS)?;
-        let hist_park = map_fd_region(&ebpf, "hist_park_cpu", HIST_SLOTS, 1)?;
-        let hist_rq = map_fd_region(&ebpf, "hist_unpark_rq", HIST_SLOTS, 1)?;
+        let regions = ThreadRegions {
+            lease: map_fd_region(&ebpf, "lease", LeaseSlot::WORDS, MAX_THREADS)?,
+            acct: map_fd_region(&ebpf, "thread_acct", ThreadAcct::WORDS, MAX_THREADS)?,
+            hot: map_fd_region(&ebpf, "hot_episodes", HotLog::WORDS, MAX_THREADS)?,
+        };
+        let hists = hist_regions(|k| map_fd_region(&ebpf, k.map(), HIST_SLOTS, 1))?;
+        // The rule is in place before any thread registers.
+        let rule = map_fd_region(&ebpf, EPISODE_RULE_MAP, EpisodeRule::WORDS, 1)?;
+        rule.store(0, &cfg.episode_rule.to_words());
         let throttle = map_fd_region(&ebpf, "throttle", ThrottleStats::WORDS, MAX_THROTTLERS)?;
         let slots = map_fd_region(&ebpf, "slots", SlotsCounters::WORDS, 1)?;
         let uring = map_fd_region(&ebpf, "uring", UringCounters::WORDS, 1)?;
@@ -431,12 +502,12 @@ impl SlotringBpf {
                 source: Box::new(source),
             })?;
         pins.keep = cfg.keep_pins;
-        let shared = Shared::new(lease, acct, Some(index), cfg.direct_index);
+        let shared = Shared::new(regions, Some(index), cfg.direct_index);
         lease::set_active(Some(shared));
         Ok(Self {
             shared,
-            hist_park,
-            hist_rq,
+            hists,
+            rule,
             throttle,
             slots,
             uring,
@@ -502,17 +573,14 @@ impl SlotringBpf {
 
     /// An instance without probes (plain memory), remembering why.
     pub fn degraded(reason: BpfError) -> Self {
-        let shared = Shared::new(
-            Region::heap(LeaseSlot::WORDS, MAX_THREADS as usize),
-            Region::heap(ThreadAcct::WORDS, MAX_THREADS as usize),
-            None,
-            true,
-        );
+        let shared = Shared::new(ThreadRegions::heap(), None, true);
         lease::set_active(Some(shared));
+        let rule = Region::heap(EpisodeRule::WORDS, 1);
+        rule.store(0, &EpisodeRule::default_rule().to_words());
         Self {
             shared,
-            hist_park: Region::heap(HIST_SLOTS, 1),
-            hist_rq: Region::heap(HIST_SLOTS, 1),
+            hists: std::array::from_fn(|_| Region::heap(HIST_SLOTS, 1)),
+            rule,
             throttle: Region::heap(ThrottleStats::WORDS, MAX_THROTTLERS as usize),
             slots: Region::heap(SlotsCounters::WORDS, 1),
             uring: Region::heap(UringCounters::WORDS, 1),
@@ -648,14 +716,24 @@ impl SlotringBpf {
         UringCounters::from_words(&self.uring.load(0))
     }
 
-    /// Histogram of on-CPU ns per parked episode.
-    pub fn hist_park_cpu(&self) -> Hist {
-        Hist::from_words(&self.hist_park.load(0))
+    /// One of the probes' histograms.
+    pub fn hist(&self, kind: HistKind) -> Hist {
+        let i = HistKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .expect("ALL lists every kind");
+        Hist::from_words(&self.hists[i].load(0))
     }
 
-    /// Histogram of run-queue latency at unpark (wake-up to switch-in), ns.
-    pub fn hist_unpark_rq(&self) -> Hist {
-        Hist::from_words(&self.hist_rq.load(0))
+    /// The rule the programs judge episodes by (from its map).
+    pub fn episode_rule(&self) -> EpisodeRule {
+        EpisodeRule::from_words(&self.rule.load(0))
+    }
+
+    /// A thread's last hot episodes, oldest first.
+    pub fn hot_episodes(&self, tid: u32) -> Result<Vec<HotEpisode>, BpfError> {
+        let idx = self.index_of(tid).ok_or(BpfError::UnknownThread { tid })?;
+        Ok(HotLog::from_words(&self.shared.hot.load(idx as usize)).recent())
     }
 
     pub(crate) fn index_of(&self, tid: u32) -> Option<u32> {

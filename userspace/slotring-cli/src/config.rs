@@ -768,12 +768,12 @@ pub fn positive_duration(s: &str) -> Result<Duration, Expected> {
         .ok_or(Expected("a positive duration, e.g. 1s or 500ms"))
 }
 
-/// A ratio in [0, 1] (`verify --threshold`).
+/// A ratio in [0, 1] (`verify --tolerated-hot-fraction`).
 pub fn ratio(s: &str) -> Result<f64, Expected> {
     s.parse()
         .ok()
         .filter(|r| (0.0..=1.0).contains(r))
-        .ok_or(Expected("a ratio in [0, 1], e.g. 0.001"))
+        .ok_or(Expected("a ratio in [0, 1], e.g. 0.05"))
 }
 
 /// A path ending in `.svg` (`run --plot`).

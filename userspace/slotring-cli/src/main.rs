@@ -25,12 +25,12 @@ use anyhow::{Context, Result};
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nix::sys::signal::{SigSet, Signal};
 use slotring::metrics::SlotringCollector;
-use slotring::pinned::{self, DEFAULT_PIN_DIR, Liveness, PinnedError, PinnedMaps, ThreadState};
+use slotring::pinned::{self, DEFAULT_PIN_DIR, Liveness, PinnedError, PinnedMaps};
 use slotring_cli::config::{self, ConfigError, ConfigFile, RunConfig};
 use slotring_cli::http::{DEFAULT_LISTEN, MetricsServer, render_registry};
 use slotring_cli::report::KernelVerdict;
 use slotring_cli::stats::StatsView;
-use slotring_cli::verify::{Outcome, Window};
+use slotring_cli::verify::{Outcome, Reading, Window};
 use slotring_cli::watch;
 use slotring_cli::workload::{RunError, RunOptions, run};
 
@@ -153,9 +153,12 @@ struct VerifyArgs {
     /// Observation window, at most 1h (ends early on Ctrl-C, with the verdict so far, or when the process exits)
     #[arg(long, default_value = "5s", value_parser = config::verify_window)]
     window: Duration,
-    /// Largest allowed parked on-CPU / parked time
-    #[arg(long, default_value = "0.001", value_parser = config::ratio)]
-    threshold: f64,
+    /// Hot parked episodes a thread may have in the window
+    #[arg(long, value_name = "N", default_value_t = slotring::bpf::TOLERATED_HOT_EPISODES)]
+    tolerated_hot_episodes: u64,
+    /// Plus this fraction of its episodes (a ratio in [0, 1])
+    #[arg(long, value_name = "RATIO", default_value_t = slotring::bpf::TOLERATED_HOT_FRACTION, value_parser = config::ratio)]
+    tolerated_hot_fraction: f64,
 }
 
 /// Block SIGINT/SIGTERM in every thread and turn them into a stop flag; a
@@ -439,22 +442,23 @@ fn cmd_verify(args: &VerifyArgs, stop: &AtomicBool) -> Result<u8> {
     inst.check_live()?;
     let (maps, dir) = (&inst.maps, inst.maps.dir());
     let belongs = |tid: u32| PathBuf::from(format!("/proc/{pid}/task/{tid}")).exists();
-    let before: Vec<ThreadState> = maps
-        .threads()?
-        .into_iter()
-        .filter(|t| belongs(t.tid))
-        .collect();
-    let t0 = slotring::pinned::monotonic_ns();
-    if before.is_empty() {
+    let mut before = Reading::of(maps)?;
+    before.threads.retain(|t| belongs(t.tid));
+    if before.threads.is_empty() {
         eprintln!(
             "slotring verify: none of the threads in {} belongs to process {pid} (is it running with probes and this pin dir?)",
             dir.display()
         );
         return Ok(EXIT_NOTHING);
     }
+    let rule = maps.episode_rule()?;
+    let cfg = slotring::bpf::VerifyConfig {
+        tolerated_hot_episodes: args.tolerated_hot_episodes,
+        tolerated_hot_fraction: args.tolerated_hot_fraction,
+    };
     eprintln!(
         "slotring verify: watching {} threads of process {pid} for {window:?}",
-        before.len()
+        before.threads.len()
     );
     // The target by pid and start time, and the owner of the pins (re-read:
     // an instance of another process may be asked for by name).
@@ -467,21 +471,23 @@ fn cmd_verify(args: &VerifyArgs, stop: &AtomicBool) -> Result<u8> {
         );
         return Ok(EXIT_NOTHING);
     }
-    let t1 = slotring::pinned::monotonic_ns();
-    let after = maps.threads()?;
-    let rule = slotring::bpf::VerifyConfig {
-        max_parked_cpu_ratio: args.threshold,
-        ..slotring::bpf::VerifyConfig::default()
+    // The probes may go away during the window (the process dropped them,
+    // or exited): then nothing is verified.
+    let outcome = match Reading::of(maps) {
+        Ok(after) => {
+            println!(
+                "slotring verify: process {pid}, window {:.1} s",
+                after.at_ns.saturating_sub(before.at_ns) as f64 / 1e9
+            );
+            let measured = Window::measure(&before, &after, &rule, &cfg);
+            print!("{measured}");
+            measured.outcome()
+        }
+        Err(e) => Outcome::Unverified(format!(
+            "the probes went away during the window: {}",
+            slotring_cli::error_chain(&e)
+        )),
     };
-    println!(
-        "slotring verify: process {pid}, window {:.1} s, threshold: parked on-CPU <= {:.3}% of parked time + {:.0} us per park that slept",
-        (t1 - t0) as f64 / 1e9,
-        args.threshold * 100.0,
-        rule.per_park_allowance_ns as f64 / 1e3
-    );
-    let measured = Window::measure(&before, t0, &after, t1, &rule);
-    print!("{measured}");
-    let outcome = measured.outcome();
     println!("verdict: {outcome}");
     if let watch::Ended::Stopped(after) = ended {
         eprintln!(
@@ -491,7 +497,7 @@ fn cmd_verify(args: &VerifyArgs, stop: &AtomicBool) -> Result<u8> {
         return Ok(EXIT_INTERRUPTED);
     }
     Ok(match outcome {
-        Outcome::Unverified => EXIT_NOTHING,
+        Outcome::Unverified(_) => EXIT_NOTHING,
         Outcome::Pass => 0,
         Outcome::Fail(_) => EXIT_VERDICT_FAIL,
     })

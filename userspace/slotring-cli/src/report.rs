@@ -6,7 +6,10 @@
 use std::fmt;
 
 use serde::Serialize;
-use slotring::bpf::{AttachMode, Verdict};
+use slotring::bpf::{
+    AttachMode, EpisodeRule, HotEpisode, ParkedWindow, ThreadReport, Verdict, VerifyConfig,
+    hot_names,
+};
 use slotring::slots::Scheduler;
 
 use crate::config::{RunConfig, ser_display};
@@ -67,9 +70,9 @@ impl fmt::Display for QueryKind {
 #[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum KernelVerdict {
-    /// Every parked thread stayed within the threshold.
+    /// No parked thread had more hot episodes than it is allowed.
     Pass,
-    /// Some parked thread used CPU beyond it.
+    /// Some parked thread did.
     Fail,
     /// Nothing was verified (no probes, or nothing parked).
     Unverified,
@@ -366,15 +369,13 @@ pub struct KernelReport {
     pub reason: Option<String>,
     /// `pass`, `fail` or `unverified`.
     pub verdict: KernelVerdict,
-    /// Threshold: parked on-CPU time as a fraction of parked time.
-    pub max_parked_cpu_ratio: f64,
-    /// On-CPU time allowed per park for entering and leaving the wait, µs.
-    pub per_park_allowance_us: f64,
+    /// The rule the verdict applied.
+    pub rule: RuleReport,
     /// Threads verified.
     pub threads: u64,
-    /// Threads over the threshold.
+    /// Threads over the rule.
     pub failing_tids: Vec<u32>,
-    /// Details of (up to 8 of) the threads over the threshold.
+    /// Details of (up to 8 of) the threads over the rule.
     pub failing: Vec<FailingThread>,
     /// Lease parks seen by the kernel mirror.
     pub parks: u64,
@@ -382,7 +383,8 @@ pub struct KernelReport {
     pub parked_s: f64,
     /// On-CPU while parked, seconds.
     pub parked_oncpu_s: f64,
-    /// `parked_oncpu / parked × 100`.
+    /// `parked_oncpu / parked × 100`: the raw ratio, a diagnostic beside
+    /// the verdict (no part of the rule).
     pub parked_oncpu_pct: f64,
     /// Run-queue while parked, seconds.
     pub parked_runq_s: f64,
@@ -392,12 +394,181 @@ pub struct KernelReport {
     pub unpark_wake_max_us: f64,
     /// Switch events BPF missed (time stays exact).
     pub missed_events: u64,
-    /// On-CPU µs while parked, per park (kernel work done for the thread's
-    /// own IO inside the parked window, e.g. copying read data).
+    /// On-CPU µs while parked, per park.
     pub parked_oncpu_us_per_park: f64,
+    /// Where the parked on-CPU time went, over every thread.
+    pub segments: SegmentReport,
 }
 
-/// A thread whose parked on-CPU time exceeded the threshold.
+/// The per-episode rule and the per-thread tolerance, with the names of
+/// the constants they come from (`slotring_bpf`'s `verify.rs`).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct RuleReport {
+    /// Bound on the on-CPU time before an episode's first sleep, µs
+    /// (`PRE_SLEEP_BOUND`).
+    pub pre_sleep_us: f64,
+    /// Bound on the on-CPU time between its sleeps, % of its wait
+    /// (`BETWEEN_SLEEPS_FRACTION`).
+    pub between_sleeps_pct_of_wait: f64,
+    /// Base bound on the on-CPU time after its last wake-up, µs
+    /// (`POST_WAKE_BOUND`).
+    pub post_wake_us: f64,
+    /// Plus this % of the sleep before it (`POST_WAKE_FRACTION`).
+    pub post_wake_pct_of_sleep: f64,
+    /// Hot episodes a thread may have (`TOLERATED_HOT_EPISODES`).
+    pub tolerated_hot_episodes: u64,
+    /// Plus this % of its episodes (`TOLERATED_HOT_FRACTION`).
+    pub tolerated_hot_pct: f64,
+}
+
+impl RuleReport {
+    /// The rule the programs apply and the tolerance of `cfg`.
+    pub fn new(rule: &EpisodeRule, cfg: &VerifyConfig) -> Self {
+        Self {
+            pre_sleep_us: rule.pre_sleep_ns as f64 / 1e3,
+            between_sleeps_pct_of_wait: rule.between_ppm as f64 / 1e4,
+            post_wake_us: rule.post_wake_ns as f64 / 1e3,
+            post_wake_pct_of_sleep: rule.post_wake_ppm as f64 / 1e4,
+            tolerated_hot_episodes: cfg.tolerated_hot_episodes,
+            tolerated_hot_pct: cfg.tolerated_hot_fraction * 100.0,
+        }
+    }
+}
+
+impl fmt::Display for RuleReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "an episode is hot when on CPU > {:.0} us before its first sleep (PRE_SLEEP_BOUND), > {:.2}% of its wait between sleeps (BETWEEN_SLEEPS_FRACTION), or > {:.0} us (POST_WAKE_BOUND) + {:.2}% of the sleep before it (POST_WAKE_FRACTION) after the wake; a thread fails with more than {} (TOLERATED_HOT_EPISODES) + {:.2}% (TOLERATED_HOT_FRACTION) of its episodes hot",
+            self.pre_sleep_us,
+            self.between_sleeps_pct_of_wait,
+            self.post_wake_us,
+            self.post_wake_pct_of_sleep,
+            self.tolerated_hot_episodes,
+            self.tolerated_hot_pct
+        )
+    }
+}
+
+/// Where parked on-CPU time went: per segment of the parked episodes.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct SegmentReport {
+    /// Episodes that ended (one per park).
+    pub episodes: u64,
+    /// Episodes whose figures are an even share of one on-CPU interval.
+    pub episodes_split: u64,
+    /// Real sleeps while parked.
+    pub sleeps: u64,
+    /// Hot episodes (ended hot, or open and hot so far).
+    pub hot_episodes: u64,
+    /// Mean on-CPU before the first sleep, µs per episode.
+    pub pre_sleep_us_mean: f64,
+    /// Mean on-CPU between sleeps, µs per episode.
+    pub between_sleeps_us_mean: f64,
+    /// Mean on-CPU after the last wake-up, µs per episode.
+    pub post_wake_us_mean: f64,
+    /// Largest pre-sleep segment, µs.
+    pub pre_sleep_max_us: f64,
+    /// Largest between-sleeps total of an episode, µs.
+    pub between_sleeps_max_us: f64,
+    /// Largest post-wake segment, µs.
+    pub post_wake_max_us: f64,
+    /// Episodes hot before the sleep.
+    pub hot_pre_sleep: u64,
+    /// Episodes hot between sleeps.
+    pub hot_between_sleeps: u64,
+    /// Episodes hot after the wake.
+    pub hot_post_wake: u64,
+}
+
+impl From<&ParkedWindow> for SegmentReport {
+    fn from(w: &ParkedWindow) -> Self {
+        let s = &w.segments;
+        let mean = |ns: u64| {
+            if s.episodes == 0 {
+                0.0
+            } else {
+                ns as f64 / 1e3 / s.episodes as f64
+            }
+        };
+        Self {
+            episodes: s.episodes,
+            episodes_split: s.episodes_split,
+            sleeps: s.sleeps,
+            hot_episodes: w.hot_episodes(),
+            pre_sleep_us_mean: mean(s.pre_sleep_ns),
+            between_sleeps_us_mean: mean(s.between_sleeps_ns),
+            post_wake_us_mean: mean(s.post_wake_ns),
+            pre_sleep_max_us: s.pre_sleep_max_ns as f64 / 1e3,
+            between_sleeps_max_us: s.between_sleeps_max_ns as f64 / 1e3,
+            post_wake_max_us: s.post_wake_max_ns as f64 / 1e3,
+            hot_pre_sleep: s.hot_pre_sleep,
+            hot_between_sleeps: s.hot_between_sleeps,
+            hot_post_wake: s.hot_post_wake,
+        }
+    }
+}
+
+impl fmt::Display for SegmentReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} episodes, {} sleeps; on CPU per episode: {:.1} us before the sleep, {:.1} us between sleeps, {:.1} us after the wake (largest {:.1} / {:.1} / {:.1} us); {} hot ({} before the sleep, {} between sleeps, {} after the wake)",
+            self.episodes,
+            self.sleeps,
+            self.pre_sleep_us_mean,
+            self.between_sleeps_us_mean,
+            self.post_wake_us_mean,
+            self.pre_sleep_max_us,
+            self.between_sleeps_max_us,
+            self.post_wake_max_us,
+            self.hot_episodes,
+            self.hot_pre_sleep,
+            self.hot_between_sleeps,
+            self.hot_post_wake
+        )
+    }
+}
+
+/// One hot episode of a failing thread.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HotEpisodeReport {
+    /// The segments over their bounds, e.g. `pre-sleep` or
+    /// `pre-sleep+post-wake`.
+    pub over: String,
+    /// Wall time parked, ms.
+    pub wait_ms: f64,
+    /// Real sleeps.
+    pub sleeps: u64,
+    /// The sleep before the post-wake segment, ms.
+    pub last_sleep_ms: f64,
+    /// On-CPU before the first sleep, µs.
+    pub pre_sleep_us: f64,
+    /// On-CPU between sleeps, µs.
+    pub between_sleeps_us: f64,
+    /// On-CPU after the last wake-up, µs.
+    pub post_wake_us: f64,
+    /// Episodes this entry stands for (> 1: split evenly from one on-CPU
+    /// interval).
+    pub count: u64,
+}
+
+impl From<&HotEpisode> for HotEpisodeReport {
+    fn from(e: &HotEpisode) -> Self {
+        Self {
+            over: hot_names(e.hot),
+            wait_ms: e.wait_ns as f64 / 1e6,
+            sleeps: e.sleeps,
+            last_sleep_ms: e.last_sleep_ns as f64 / 1e6,
+            pre_sleep_us: e.pre_sleep_ns as f64 / 1e3,
+            between_sleeps_us: e.between_sleeps_ns as f64 / 1e3,
+            post_wake_us: e.post_wake_ns as f64 / 1e3,
+            count: e.count,
+        }
+    }
+}
+
+/// A thread with more hot episodes than it is allowed.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct FailingThread {
     /// Thread id.
@@ -410,6 +581,50 @@ pub struct FailingThread {
     pub parked_oncpu_us: f64,
     /// Run-queue while parked, µs.
     pub parked_runq_us: f64,
+    /// Hot episodes it was allowed.
+    pub tolerated_hot_episodes: u64,
+    /// Its segments.
+    pub segments: SegmentReport,
+    /// Its last hot episodes, oldest first.
+    pub hot: Vec<HotEpisodeReport>,
+}
+
+impl FailingThread {
+    /// The report of `t`.
+    pub fn new(t: &ThreadReport) -> Self {
+        let p = &t.parked;
+        Self {
+            tid: t.tid,
+            parks: p.parks,
+            parked_ms: p.parked_ns as f64 / 1e6,
+            parked_oncpu_us: p.on_cpu_ns as f64 / 1e3,
+            parked_runq_us: p.runq_ns as f64 / 1e3,
+            tolerated_hot_episodes: p.tolerated,
+            segments: SegmentReport::from(p),
+            hot: t.hot.iter().map(HotEpisodeReport::from).collect(),
+        }
+    }
+}
+
+impl fmt::Display for HotEpisodeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} hot: waited {:.3} ms, {} sleeps (last {:.3} ms); on CPU {:.1} us before the sleep, {:.1} us between sleeps, {:.1} us after the wake{}",
+            self.over,
+            self.wait_ms,
+            self.sleeps,
+            self.last_sleep_ms,
+            self.pre_sleep_us,
+            self.between_sleeps_us,
+            self.post_wake_us,
+            if self.count > 1 {
+                format!(" (each of {} episodes of one on-CPU interval)", self.count)
+            } else {
+                String::new()
+            }
+        )
+    }
 }
 
 /// Process-level resource use.
@@ -679,17 +894,16 @@ impl fmt::Display for Report {
         if k.attached {
             writeln!(
                 f,
-                "  probes attached ({}); {} threads, {} parks, parked {:.2} s, on-CPU while parked {:.3} ms ({:.4}%, threshold {:.3}% + {:.0} us per park that slept), run-queue while parked {:.3} ms",
+                "  probes attached ({}); {} threads, {} parks, parked {:.2} s, on-CPU while parked {:.3} ms (raw ratio {:.4}%, a diagnostic), run-queue while parked {:.3} ms",
                 k.attach_mode.map_or("?", attach_mode_name),
                 k.threads,
                 k.parks,
                 k.parked_s,
                 k.parked_oncpu_s * 1e3,
                 k.parked_oncpu_pct,
-                k.max_parked_cpu_ratio * 100.0,
-                k.per_park_allowance_us,
                 k.parked_runq_s * 1e3
             )?;
+            writeln!(f, "  segments: {}", k.segments)?;
             writeln!(
                 f,
                 "  on-CPU per park {:.1} us; wake-up at unpark: mean {:.1} us, max {:.1} us; missed switch events {}",
@@ -705,28 +919,31 @@ impl fmt::Display for Report {
                 k.reason.as_deref().unwrap_or("disabled")
             )?;
         }
+        writeln!(f, "  rule: {}", k.rule)?;
         for t in &k.failing {
             writeln!(
                 f,
-                "  over the threshold: tid {} parked {:.3} ms in {} parks, {:.1} us of it on CPU ({:.3}%), {:.1} us in the run queue",
+                "  thread {} over the rule: {} of {} episodes hot (allowed {}); parked {:.3} ms in {} parks, {:.1} us of it on CPU, {:.1} us in the run queue",
                 t.tid,
+                t.segments.hot_episodes,
+                t.segments.episodes,
+                t.tolerated_hot_episodes,
                 t.parked_ms,
                 t.parks,
                 t.parked_oncpu_us,
-                if t.parked_ms > 0.0 {
-                    t.parked_oncpu_us / (t.parked_ms * 1e3) * 100.0
-                } else {
-                    0.0
-                },
                 t.parked_runq_us
             )?;
+            writeln!(f, "    segments: {}", t.segments)?;
+            for e in &t.hot {
+                writeln!(f, "    {e}")?;
+            }
         }
         let verdict = match k.verdict {
             KernelVerdict::Pass => {
-                "PASS: every parked thread stayed within the threshold".to_owned()
+                "PASS: no parked thread had more hot episodes than it is allowed".to_owned()
             }
             KernelVerdict::Fail => format!(
-                "FAIL: {} of {} threads used more CPU while parked than the threshold (tids {:?}{})",
+                "FAIL: {} of {} threads used CPU while parked in more episodes than they are allowed (tids {:?}{})",
                 k.failing_tids.len(),
                 k.threads,
                 &k.failing_tids[..k.failing_tids.len().min(6)],

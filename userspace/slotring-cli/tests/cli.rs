@@ -546,6 +546,21 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         );
         assert!(k["parks"].as_u64().unwrap() > 0);
         assert!(k["parked_s"].as_f64().unwrap() > 0.0);
+        // Every park is an episode, with its segments and the rule.
+        let seg = &k["segments"];
+        let episodes = seg["episodes"].as_u64().unwrap();
+        assert!(
+            episodes > 0 && episodes <= k["parks"].as_u64().unwrap(),
+            "{k}"
+        );
+        assert!(seg["pre_sleep_us_mean"].as_f64().unwrap() > 0.0, "{k}");
+        assert!(k["rule"]["pre_sleep_us"].as_f64().unwrap() > 0.0, "{k}");
+        assert!(k["rule"]["tolerated_hot_pct"].as_f64().is_some(), "{k}");
+        assert_eq!(
+            k["verdict"] == "fail",
+            !k["failing"].as_array().unwrap().is_empty(),
+            "{k}"
+        );
     }
     // Clean up: data file removed, pins removed, plot written.
     let left: Vec<_> = std::fs::read_dir(dir.path())
@@ -779,6 +794,34 @@ fn bad_settings_exit_2_naming_option_and_value() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+
+    // A verdict over an empty window, or with a tolerance outside [0, 1],
+    // is refused before anything is read.
+    for (args, option, value) in [
+        (&["--window", "0s"][..], "--window", "`0s`"),
+        (
+            &["--tolerated-hot-fraction", "1.5"][..],
+            "--tolerated-hot-fraction",
+            "`1.5`",
+        ),
+        (
+            &["--tolerated-hot-fraction=-0.1"][..],
+            "--tolerated-hot-fraction",
+            "`-0.1`",
+        ),
+    ] {
+        let out = Command::new(bin())
+            .args(["verify", "--pid", "1"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(option) && err.contains(value),
+            "{args:?}: {err}"
+        );
+    }
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--plot") && err.contains("`run.png`"), "{err}");
 
@@ -868,6 +911,7 @@ fn ctrl_c_stops_cleanly() {
         "CPU slots: budget",
         "Jain's index of the scans",
         "kernel verdict on parked threads:",
+        "  rule: an episode is hot when",
         "  verdict: ",
         "process: ",
     ] {
@@ -1454,6 +1498,44 @@ fn after_kill_9_the_pins_read_as_stale_and_the_next_run_removes_them() {
 }
 
 #[test]
+fn a_verdict_across_a_window_in_which_the_probes_go_away_is_unverified() {
+    if !probes_possible("the detached-window test") {
+        return;
+    }
+    let data = data_dir();
+    let root = pin_dir("detach");
+    let run = spawn_run(&root, data.path(), "60s");
+    let pid = run.child.0.id();
+    wait_for_pins(&root, pid);
+    let verify = Command::new(bin())
+        .args(["verify", "--pid", &pid.to_string(), "--window", "5s"])
+        .arg("--pin-dir")
+        .arg(&root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The run stops (and removes its pins) inside the window.
+    std::thread::sleep(Duration::from_millis(1500));
+    sigint(&run.child.0);
+    let out = run.finish(Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(130));
+    let out = verify.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("verdict: UNVERIFIED (the probes went away during the window"),
+        "{text}"
+    );
+    assert!(!root.exists(), "left behind: {}", root.display());
+}
+
+#[test]
 fn two_runs_keep_their_own_pins_and_top_says_when_one_is_gone() {
     if !probes_possible("the two-runs test") {
         return;
@@ -1529,6 +1611,7 @@ fn two_runs_keep_their_own_pins_and_top_says_when_one_is_gone() {
         assert!(text.contains("local_read"), "{text}");
         assert!(text.contains("SLOTS  budget"), "{text}");
         assert!(text.contains("KERNEL threads"), "{text}");
+        assert!(text.contains("parked episodes/s"), "{text}");
     }
     let out = slotring(&["stats", "--interval", "200ms"], &root);
     assert!(

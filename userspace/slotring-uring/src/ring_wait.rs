@@ -3,7 +3,9 @@
 //! engine (a caller throttling network bytes with `Throttler::throttle`).
 //!
 //! Each thread that waits gets its own small ring (two entries, created on
-//! its first wait, dropped with the thread). A wait converts the remaining
+//! its first wait, dropped with the thread). The ring is made (with the
+//! thread's first submission, see `LendingRing::new`) before the caller's lease is
+//! parked: a parked wait holds only the wait. A wait converts the remaining
 //! time on the throttler's clock into an absolute `CLOCK_MONOTONIC`
 //! deadline, parks the caller's CPU lease, and sleeps in `io_uring_enter`
 //! until it: by default on an absolute `IORING_OP_TIMEOUT` SQE
@@ -164,23 +166,7 @@ impl RingWait {
     fn on(sys: SysFactory, cfg: RingWaitConfig) -> Result<Self, UringError> {
         let w = Self { sys, cfg };
         // Probe on this thread: the ring is kept for its waits.
-        let setup = cfg.setup();
-        RING.with(|r| {
-            let mut r = r.borrow_mut();
-            match r.as_ref() {
-                Some(t) if t.setup == setup && t.ring.is_ok() => Ok(()),
-                _ => match LendingRing::new((w.sys)(), &setup) {
-                    Ok(ring) => {
-                        *r = Some(ThreadRing {
-                            setup,
-                            ring: Ok(ring),
-                        });
-                        Ok(())
-                    }
-                    Err(e) => Err(UringError::unavailable(e)),
-                },
-            }
-        })?;
+        w.prepare(true).map_err(UringError::unavailable)?;
         Ok(w)
     }
 
@@ -189,29 +175,63 @@ impl RingWait {
         FALLBACK.get().map(String::as_str)
     }
 
-    /// Wait on this thread's ring until the absolute `CLOCK_MONOTONIC`
-    /// deadline `target_ns`. `Err(())` if the thread has no ring.
+    /// Make this thread's ring if it has none (or one of another set-up);
+    /// `LendingRing::new` also makes the thread's first submission (a NOP). Called
+    /// with the caller's lease running, so that a parked wait holds only
+    /// the wait (both are one-time costs of their own). `Err` with why when
+    /// the thread cannot have a ring (remembered: a wait does not try again,
+    /// a new `RingWait` (`retry`) does).
+    fn prepare(&self, retry: bool) -> Result<(), std::io::Error> {
+        let setup = self.cfg.setup();
+        RING.with(|cell| {
+            let mut cell = cell.borrow_mut();
+            match cell.as_ref() {
+                Some(t) if t.setup == setup && (t.ring.is_ok() || !retry) => {
+                    return match &t.ring {
+                        Ok(_) => Ok(()),
+                        Err(()) => Err(std::io::Error::other("no ring on this thread")),
+                    };
+                }
+                _ => {}
+            }
+            let ring = LendingRing::new((self.sys)(), &setup);
+            let failed = ring
+                .as_ref()
+                .err()
+                .map(|e| std::io::Error::new(e.kind(), e.to_string()));
+            *cell = Some(ThreadRing {
+                setup,
+                ring: ring.map_err(drop),
+            });
+            failed.map_or(Ok(()), Err)
+        })
+    }
+
+    /// Record (and say once) why this thread's waits fall back.
+    fn fall_back(e: std::io::Error) {
+        let why = UringError::unavailable(e);
+        let msg = match std::error::Error::source(&why) {
+            Some(os) => format!("{why}: {os}"),
+            None => why.to_string(),
+        };
+        if FALLBACK.set(msg).is_ok() {
+            eprintln!(
+                "slotring-uring: throttle waits fall back to clock_nanosleep: {}",
+                FALLBACK.get().map_or("", String::as_str)
+            );
+        }
+    }
+
+    /// Wait on this thread's ring (made by [`RingWait::prepare`]) until the
+    /// absolute `CLOCK_MONOTONIC` deadline `target_ns`. `Err(())` if the
+    /// thread has no ring.
     fn ring_wait(&self, target_ns: u64) -> Result<(), ()> {
         let setup = self.cfg.setup();
         RING.with(|cell| {
             let mut cell = cell.borrow_mut();
-            if cell.as_ref().is_none_or(|t| t.setup != setup) {
-                let ring = LendingRing::new((self.sys)(), &setup).map_err(|e| {
-                    let why = UringError::unavailable(e);
-                    let msg = match std::error::Error::source(&why) {
-                        Some(os) => format!("{why}: {os}"),
-                        None => why.to_string(),
-                    };
-                    if FALLBACK.set(msg).is_ok() {
-                        eprintln!(
-                            "slotring-uring: throttle waits fall back to clock_nanosleep: {}",
-                            FALLBACK.get().map_or("", String::as_str)
-                        );
-                    }
-                });
-                *cell = Some(ThreadRing { setup, ring });
-            }
-            let Some(ThreadRing { ring: Ok(ring), .. }) = cell.as_mut() else {
+            let Some(ThreadRing { ring: Ok(ring), .. }) =
+                cell.as_mut().filter(|t| t.setup == setup)
+            else {
                 return Err(());
             };
             if self.cfg.enter_timeout && !NO_ENTER_TIMEOUT.get() {
@@ -262,8 +282,13 @@ impl WaitStrategy for RingWait {
             return Ok(());
         }
         let advance = u64::try_from(self.cfg.advance.as_nanos()).unwrap_or(u64::MAX);
+        // The ring first, running: see `prepare`.
+        let ready = self.prepare(false).map_err(Self::fall_back).is_ok();
         {
             let _parked = park_current_lease();
+            if !ready {
+                return clock.sleep_until(deadline_ns);
+            }
             let mut now = now;
             // A clock that still reads short of the deadline after the
             // ring's wait (its rate differs slightly from CLOCK_MONOTONIC's,

@@ -15,16 +15,35 @@ use slotring_throttle::{
 };
 use slotring_uring::{RingWait, RingWaitConfig, Syscalls};
 
-/// Counts parks of a pretend lease held by every thread.
+/// Counts parks of a pretend lease held by every thread; on a thread that
+/// watches a plan, also notes what that plan had seen at each park.
 struct Parks(AtomicU64);
 impl LeaseHook for Parks {
     fn park_current(&self) -> bool {
         self.0.fetch_add(1, Ordering::SeqCst);
+        WATCHED.with(|w| {
+            if let Some(plan) = w.borrow().as_ref() {
+                let seen = (
+                    count(plan, "io_uring_setup"),
+                    count(plan, "io_uring_wait_until") + count(plan, "io_uring_enter"),
+                );
+                AT_PARK.with(|a| a.borrow_mut().push(seen));
+            }
+        });
         true
     }
     fn unpark_current(&self) {}
 }
 static PARKS: Parks = Parks(AtomicU64::new(0));
+
+thread_local! {
+    /// The plan this thread's parks look at.
+    static WATCHED: std::cell::RefCell<Option<Arc<std::sync::Mutex<Plan>>>> =
+        const { std::cell::RefCell::new(None) };
+    /// `(ring set-ups, ring entries)` of it at each park of this thread.
+    static AT_PARK: std::cell::RefCell<Vec<(usize, usize)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
 
 fn seam(plan: &Arc<std::sync::Mutex<Plan>>) -> Arc<dyn Fn() -> Box<dyn Syscalls> + Send + Sync> {
     let p = plan.clone();
@@ -153,4 +172,35 @@ fn a_kernel_without_absolute_enter_timeouts_waits_on_the_timeout_sqe() {
     })
     .join()
     .unwrap();
+}
+
+#[test]
+fn a_thread_makes_its_ring_and_first_submission_before_it_parks() {
+    install_lease_hook(&PARKS);
+    for cfg in [RingWaitConfig::DEFAULT, RingWaitConfig::TIMEOUT_SQE] {
+        let plan = fault_plan();
+        // Made on this thread; the waits below run on a new one, which
+        // has no ring yet.
+        let w = RingWait::with_syscalls(seam(&plan), cfg).unwrap();
+        let (setups, entries) = (count(&plan, "io_uring_setup"), {
+            count(&plan, "io_uring_wait_until") + count(&plan, "io_uring_enter")
+        });
+        let at_park = std::thread::spawn(move || {
+            WATCHED.with(|x| *x.borrow_mut() = Some(plan.clone()));
+            let clock = MonotonicClock::shared();
+            for _ in 0..3 {
+                let deadline = clock.now_ns() + 300_000;
+                w.wait_until(clock.as_ref(), deadline).unwrap();
+            }
+            AT_PARK.with(|a| a.borrow().clone())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(at_park.len(), 3, "{cfg:?}: every wait parked");
+        // At the first park the thread's ring existed and had been entered
+        // once (its first submission, a wait already due), running.
+        assert_eq!(at_park[0], (setups + 1, entries + 1), "{cfg:?}");
+        // Later waits make no ring.
+        assert!(at_park.iter().all(|&(s, _)| s == setups + 1), "{cfg:?}");
+    }
 }

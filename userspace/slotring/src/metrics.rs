@@ -26,7 +26,7 @@ use prometheus::proto::{
 };
 use slotring_counters::{CounterSet, Kind};
 
-use crate::snapshot::{HIST_BUCKETS, Snapshot};
+use crate::snapshot::{HIST_BUCKETS, SEGMENTS, Snapshot};
 
 fn family(name: &str, help: &str, t: MetricType, metrics: Vec<Metric>) -> MetricFamily {
     let mut f = MetricFamily::default();
@@ -113,9 +113,33 @@ pub fn exp2_histogram(slots: &[u64; HIST_BUCKETS]) -> Histogram {
 }
 
 fn histogram(name: &str, help: &str, slots: &[u64; HIST_BUCKETS]) -> MetricFamily {
-    let mut m = Metric::default();
-    m.set_histogram(exp2_histogram(slots));
-    family(name, help, MetricType::HISTOGRAM, vec![m])
+    labelled_histograms(name, help, &[(&[], slots)])
+}
+
+/// One series of a histogram family: its labels and exp2 buckets.
+type HistSeries<'a> = (&'a [(&'a str, &'a str)], &'a [u64; HIST_BUCKETS]);
+
+/// One histogram family with a series per `(labels, buckets)`.
+fn labelled_histograms(name: &str, help: &str, series: &[HistSeries<'_>]) -> MetricFamily {
+    let metrics = series
+        .iter()
+        .map(|(l, slots)| {
+            let mut m = Metric::from_label(labels(l));
+            m.set_histogram(exp2_histogram(slots));
+            m
+        })
+        .collect();
+    family(name, help, MetricType::HISTOGRAM, metrics)
+}
+
+/// One counter family with a series per segment of a parked episode.
+fn per_segment(name: &str, help: &str, values: [f64; 3]) -> MetricFamily {
+    let metrics = SEGMENTS
+        .iter()
+        .zip(values)
+        .map(|(seg, v)| counter_metric(v, &[("segment", seg)]))
+        .collect();
+    family(name, help, MetricType::COUNTER, metrics)
 }
 
 fn secs_ns(ns: u64) -> f64 {
@@ -221,10 +245,41 @@ pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
             "Context switches BPF never saw (time stays exact).",
             k.missed_events as f64,
         ));
+        out.push(counter(
+            "slotring_parked_episodes_total",
+            "Parked episodes (one park up to its unpark) that ended, as the kernel saw them.",
+            k.episodes as f64,
+        ));
+        out.push(counter(
+            "slotring_parked_hot_episodes_total",
+            "Parked episodes with a segment over the kernel's per-episode bound (the verdict fails a thread with more than a few).",
+            k.hot_episodes as f64,
+        ));
+        out.push(per_segment(
+            "slotring_parked_segment_oncpu_seconds_total",
+            "On-CPU time of parked episodes by segment: pre_sleep (park to first sleep), between_sleeps, post_wake (last wake-up to unpark).",
+            k.segment_oncpu_ns.map(secs_ns),
+        ));
+        out.push(per_segment(
+            "slotring_parked_segment_hot_episodes_total",
+            "Parked episodes over the bound of this segment.",
+            k.segment_hot.map(|n| n as f64),
+        ));
         out.push(histogram(
             "slotring_parked_oncpu_episode_seconds",
-            "On-CPU time per parked episode, from the kernel's exp2 buckets (sum estimated from bucket midpoints).",
+            "On-CPU time per parked episode, one sample per episode, from the kernel's exp2 buckets (sum estimated from bucket midpoints).",
             &k.hist_park_cpu,
+        ));
+        let seg: Vec<[(&str, &str); 1]> = SEGMENTS.iter().map(|s| [("segment", *s)]).collect();
+        let series: Vec<HistSeries<'_>> = seg
+            .iter()
+            .zip(&k.hist_segments)
+            .map(|(l, h)| (&l[..], h))
+            .collect();
+        out.push(labelled_histograms(
+            "slotring_parked_segment_oncpu_episode_seconds",
+            "On-CPU time of one segment of a parked episode, one sample per episode that has it (post_wake: it slept; between_sleeps: it slept twice or more), from the kernel's exp2 buckets (sum estimated from bucket midpoints).",
+            &series,
         ));
         out.push(histogram(
             "slotring_unpark_runqueue_latency_seconds",
@@ -526,6 +581,41 @@ mod tests {
             .count();
         assert_eq!(buckets, HIST_BUCKETS);
         assert!(text.contains("slotring_unpark_runqueue_latency_seconds_bucket{le=\"+Inf\"} 0\n"));
+    }
+
+    #[test]
+    fn parked_segments_are_labelled_series() {
+        let mut post = [0; HIST_BUCKETS];
+        post[20] = 7;
+        let s = Snapshot {
+            kernel: Some(KernelSnapshot {
+                episodes: 50,
+                hot_episodes: 7,
+                segment_oncpu_ns: [1_000, 0, 3_000_000],
+                segment_hot: [0, 0, 7],
+                hist_segments: [[0; HIST_BUCKETS], [0; HIST_BUCKETS], post],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let text = encode(&s);
+        for line in [
+            "slotring_parked_episodes_total 50\n",
+            "slotring_parked_hot_episodes_total 7\n",
+            "slotring_parked_segment_oncpu_seconds_total{segment=\"pre_sleep\"} 0.000001\n",
+            "slotring_parked_segment_oncpu_seconds_total{segment=\"post_wake\"} 0.003\n",
+            "slotring_parked_segment_hot_episodes_total{segment=\"between_sleeps\"} 0\n",
+            "slotring_parked_segment_hot_episodes_total{segment=\"post_wake\"} 7\n",
+            "slotring_parked_segment_oncpu_episode_seconds_count{segment=\"post_wake\"} 7\n",
+            "slotring_parked_segment_oncpu_episode_seconds_count{segment=\"pre_sleep\"} 0\n",
+        ] {
+            assert!(text.contains(line), "{line}{text}");
+        }
+        let buckets = text
+            .lines()
+            .filter(|l| l.starts_with("slotring_parked_segment_oncpu_episode_seconds_bucket"))
+            .count();
+        assert_eq!(buckets, 3 * HIST_BUCKETS, "every bucket of every segment");
     }
 
     #[test]

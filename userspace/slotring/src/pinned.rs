@@ -4,8 +4,11 @@
 //! directory under a root (default `/sys/fs/bpf/slotring/<pid>/`, or
 //! `<root>/<instance name>/`): `owner` (pid and start time of the process),
 //! `throttle`, `slots`, `uring` (the counters, map name = metric name),
-//! `lease` and `thread_acct` (per-thread lease clocks and kernel
-//! accounting), `hist_park_cpu` and `hist_unpark_rq`. [`instances`] lists
+//! `lease`, `thread_acct` and `hot_episodes` (per-thread lease clocks,
+//! kernel accounting and the last hot parked episodes), `episode_rule` (the
+//! bounds the programs judge episodes by) and the exp2 histograms
+//! (`hist_park_cpu`, `hist_pre_sleep`, `hist_between_sleeps`,
+//! `hist_post_wake`, `hist_unpark_rq`). [`instances`] lists
 //! the instance directories of a root with their [`Liveness`] (a process
 //! killed with `kill -9` leaves stale pins: its pid is gone or reused), and
 //! [`select`] picks one for a reader. [`PinnedMaps`] opens one instance's
@@ -18,8 +21,8 @@
 use std::path::{Path, PathBuf};
 
 use aya::maps::{Array, Map, MapData};
-use slotring_bpf::abi::{HIST_SLOTS, LeaseSlot, ThreadAcct, ThrottleStats};
-use slotring_bpf::{AbiStruct, Hist, Owner};
+use slotring_bpf::abi::{HIST_SLOTS, HotLog, LeaseSlot, ThreadAcct, ThrottleStats};
+use slotring_bpf::{AbiStruct, EPISODE_RULE_MAP, EpisodeRule, Hist, HistKind, HotEpisode, Owner};
 use slotring_slots::SlotsCounters;
 use slotring_throttle::LeaseState;
 use slotring_uring::UringCounters;
@@ -183,8 +186,9 @@ fn decode_rows<T: AbiStruct>(rows: Vec<Vec<u64>>, path: &Path) -> Result<Vec<T>,
         .collect()
 }
 
-/// Decoded per-thread state: the lease clock and the kernel's accounting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Decoded per-thread state: the lease clock, the kernel's accounting and
+/// the thread's last hot episodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadState {
     /// Thread id.
     pub tid: u32,
@@ -192,6 +196,8 @@ pub struct ThreadState {
     pub lease: LeaseSlot,
     /// The kernel's accounting.
     pub acct: ThreadAcct,
+    /// Its last hot parked episodes, oldest first.
+    pub hot: Vec<HotEpisode>,
 }
 
 impl ThreadState {
@@ -281,23 +287,45 @@ impl PinnedMaps {
         Ok(u.first().copied().unwrap_or_default())
     }
 
-    fn hist(&self, name: &str) -> Result<[u64; HIST_BUCKETS], PinnedError> {
-        let h = read_all::<Hist>(&self.dir, name)?;
+    /// One of the probes' histograms.
+    pub fn hist(&self, kind: HistKind) -> Result<[u64; HIST_BUCKETS], PinnedError> {
+        let h = read_all::<Hist>(&self.dir, kind.map())?;
         Ok(h.first().copied().unwrap_or_default().slots)
+    }
+
+    /// The rule the programs judge parked episodes by.
+    pub fn episode_rule(&self) -> Result<EpisodeRule, PinnedError> {
+        let r = read_all::<EpisodeRule>(&self.dir, EPISODE_RULE_MAP)?;
+        Ok(r.first().copied().unwrap_or_default())
+    }
+
+    /// The kernel's id of the pinned map `name`: the same path with another
+    /// id is another instance (the process reloaded its probes).
+    pub fn map_id(&self, name: &str) -> Result<u32, PinnedError> {
+        let path = self.dir.join(name);
+        let err = |source| PinnedError::Read {
+            path: path.clone(),
+            source,
+        };
+        let data = MapData::from_pin(&path).map_err(err)?;
+        Ok(data.info().map_err(err)?.id())
     }
 
     /// Every registered thread's state.
     pub fn threads(&self) -> Result<Vec<ThreadState>, PinnedError> {
         let leases = read_all::<LeaseSlot>(&self.dir, "lease")?;
         let accts = read_all::<ThreadAcct>(&self.dir, "thread_acct")?;
+        let hot = read_all::<HotLog>(&self.dir, "hot_episodes")?;
         Ok(leases
             .into_iter()
             .zip(accts)
-            .filter(|(l, _)| l.tid != 0)
-            .map(|(lease, acct)| ThreadState {
+            .zip(hot)
+            .filter(|((l, _), _)| l.tid != 0)
+            .map(|((lease, acct), hot)| ThreadState {
                 tid: lease.tid as u32,
                 lease,
                 acct,
+                hot: hot.recent(),
             })
             .collect())
     }
@@ -306,12 +334,13 @@ impl PinnedMaps {
     pub fn kernel(&self) -> Result<KernelSnapshot, PinnedError> {
         let now = monotonic_ns();
         let threads = self.threads()?;
-        Ok(kernel_from_threads(
-            &threads,
-            now,
-            self.hist("hist_park_cpu")?,
-            self.hist("hist_unpark_rq")?,
-        ))
+        let mut hists = [[0; HIST_BUCKETS]; HistKind::ALL.len()];
+        for (h, k) in hists.iter_mut().zip(HistKind::ALL) {
+            *h = self.hist(k)?;
+        }
+        Ok(kernel_from_threads(&threads, now, |k| {
+            hists[HistKind::ALL.iter().position(|x| *x == k).unwrap_or(0)]
+        }))
     }
 
     /// Everything, as `/metrics` shows it.
@@ -405,26 +434,45 @@ pub fn select(root: &Path, name: Option<&str>) -> Result<Instance, PinnedError> 
     Ok(chosen)
 }
 
-/// Sum per-thread states into a [`KernelSnapshot`].
+/// Sum per-thread states into a [`KernelSnapshot`], with the histograms
+/// `hist` returns.
 pub fn kernel_from_threads(
     threads: &[ThreadState],
     now_ns: u64,
-    hist_park_cpu: [u64; HIST_BUCKETS],
-    hist_unpark_rq: [u64; HIST_BUCKETS],
+    hist: impl Fn(HistKind) -> [u64; HIST_BUCKETS],
 ) -> KernelSnapshot {
     let p = LeaseState::Parked as usize;
     let r = LeaseState::Running as usize;
     let mut k = KernelSnapshot {
-        hist_park_cpu,
-        hist_unpark_rq,
+        hist_park_cpu: hist(HistKind::ParkCpu),
+        hist_segments: [
+            hist(HistKind::PreSleep),
+            hist(HistKind::BetweenSleeps),
+            hist(HistKind::PostWake),
+        ],
+        hist_unpark_rq: hist(HistKind::UnparkRunq),
         ..KernelSnapshot::default()
     };
     for t in threads {
+        let a = &t.acct;
         k.threads += 1;
         if t.state() == p as u64 {
             k.leases_parked += 1;
         }
-        k.parks += t.lease.parks;
+        k.episodes += a.episodes;
+        k.hot_episodes += a.hot_episodes;
+        for (s, (ns, hot)) in [
+            (a.pre_sleep_ns, a.hot_pre_sleep),
+            (a.between_sleeps_ns, a.hot_between_sleeps),
+            (a.post_wake_ns, a.hot_post_wake),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            k.segment_oncpu_ns[s] += ns;
+            k.segment_hot[s] += hot;
+        }
+        k.parks += t.lease.parks();
         k.parked_ns += t.parked_ns(now_ns);
         k.parked_oncpu_ns += t.acct.on_cpu_ns[p];
         k.parked_runq_ns += t.acct.runq_ns[p];
@@ -531,10 +579,28 @@ mod tests {
         let t = ThreadState {
             tid: 7,
             lease,
-            acct: ThreadAcct::default(),
+            acct: ThreadAcct {
+                episodes: 3,
+                hot_episodes: 1,
+                post_wake_ns: 40,
+                hot_post_wake: 1,
+                ..ThreadAcct::default()
+            },
+            hot: Vec::new(),
         };
         assert_eq!(t.parked_ns(3_000), 2_500);
-        let k = kernel_from_threads(&[t], 3_000, [0; HIST_BUCKETS], [0; HIST_BUCKETS]);
+        let mut pre = [0; HIST_BUCKETS];
+        pre[4] = 3;
+        let k = kernel_from_threads(std::slice::from_ref(&t), 3_000, |h| {
+            if h == HistKind::PreSleep {
+                pre
+            } else {
+                [0; HIST_BUCKETS]
+            }
+        });
         assert_eq!((k.threads, k.leases_parked, k.parked_ns), (1, 1, 2_500));
+        assert_eq!((k.episodes, k.hot_episodes), (3, 1));
+        assert_eq!((k.segment_oncpu_ns, k.segment_hot), ([0, 0, 40], [0, 0, 1]));
+        assert_eq!(k.hist_segments[0][4], 3);
     }
 }

@@ -21,6 +21,11 @@ use slotring_uring::UringCounters;
 /// Buckets of the kernel's exp2 histograms (`slotring_bpf::abi::HIST_SLOTS`).
 pub const HIST_BUCKETS: usize = 40;
 
+/// The segments of a parked episode, as the `segment` label names them:
+/// on CPU before its first real sleep, between its sleeps, after its last
+/// wake-up (the model is in `slotring_bpf`'s `verify.rs`).
+pub const SEGMENTS: [&str; 3] = ["pre_sleep", "between_sleeps", "post_wake"];
+
 /// One named throttler's counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NamedThrottler {
@@ -49,8 +54,19 @@ pub struct KernelSnapshot {
     pub running_oncpu_ns: u64,
     /// Context-switch events BPF never saw (time stays exact).
     pub missed_events: u64,
+    /// Parked episodes that ended (one per park).
+    pub episodes: u64,
+    /// Of those, episodes over a bound of the kernel's per-episode rule.
+    pub hot_episodes: u64,
+    /// On-CPU ns per segment ([`SEGMENTS`]), summed over the episodes.
+    pub segment_oncpu_ns: [u64; 3],
+    /// Episodes hot in each segment.
+    pub segment_hot: [u64; 3],
     /// exp2 histogram (ns) of on-CPU time per parked episode.
     pub hist_park_cpu: [u64; HIST_BUCKETS],
+    /// exp2 histograms (ns) of each segment ([`SEGMENTS`]), one sample per
+    /// episode that has it.
+    pub hist_segments: [[u64; HIST_BUCKETS]; 3],
     /// exp2 histogram (ns) of run-queue latency at unpark.
     pub hist_unpark_rq: [u64; HIST_BUCKETS],
 }
@@ -66,7 +82,12 @@ impl Default for KernelSnapshot {
             parked_runq_ns: 0,
             running_oncpu_ns: 0,
             missed_events: 0,
+            episodes: 0,
+            hot_episodes: 0,
+            segment_oncpu_ns: [0; 3],
+            segment_hot: [0; 3],
             hist_park_cpu: [0; HIST_BUCKETS],
+            hist_segments: [[0; HIST_BUCKETS]; 3],
             hist_unpark_rq: [0; HIST_BUCKETS],
         }
     }

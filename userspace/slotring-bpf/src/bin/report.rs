@@ -1,5 +1,6 @@
 //! `slotring-bpf-report`: load the probes (or run degraded), park one thread
-//! in a real sleep and one in a spin, and print the verification report.
+//! four times in a real sleep and one four times in a spin, and print the
+//! verification report.
 //!
 //! `slotring-bpf-report [--pin-dir DIR] [--keep-pins] [--park-ms N] [--reload]`
 //! (built with `cargo build -p slotring-bpf --features report-bin`).
@@ -57,23 +58,30 @@ fn main() -> Result<()> {
     }
     println!("counters: ok");
 
+    // Each thread parks PARKS times: more hot episodes than a thread is
+    // tolerated (`slotring_bpf::TOLERATED_HOT_EPISODES`) for the spinner.
+    const PARKS: u32 = 4;
     let park = Duration::from_millis(park_ms);
     let sleeper = std::thread::spawn(move || {
         notify_lease_state(LeaseState::Running);
-        notify_lease_state(LeaseState::Parked);
-        std::thread::sleep(park);
-        notify_lease_state(LeaseState::Running);
+        for _ in 0..PARKS {
+            notify_lease_state(LeaseState::Parked);
+            std::thread::sleep(park);
+            notify_lease_state(LeaseState::Running);
+        }
         notify_lease_state(LeaseState::NotHolding);
         nix::unistd::gettid().as_raw() as u32
     });
     let spinner = std::thread::spawn(move || {
         notify_lease_state(LeaseState::Running);
-        notify_lease_state(LeaseState::Parked);
-        let t = Instant::now();
-        while t.elapsed() < park {
-            std::hint::spin_loop();
+        for _ in 0..PARKS {
+            notify_lease_state(LeaseState::Parked);
+            let t = Instant::now();
+            while t.elapsed() < park {
+                std::hint::spin_loop();
+            }
+            notify_lease_state(LeaseState::Running);
         }
-        notify_lease_state(LeaseState::Running);
         notify_lease_state(LeaseState::NotHolding);
         nix::unistd::gettid().as_raw() as u32
     });

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use slotring::bpf::{ProbeStatus, SlotringBpf, Verdict, VerifyConfig};
+use slotring::bpf::{EpisodeRule, ProbeStatus, SlotringBpf, Verdict, VerifyConfig};
 use slotring::throttle::{Tenant, Throttler};
 
 use slotring::slots::AdaptiveCounters;
@@ -15,7 +15,7 @@ use super::sampler::Sampled;
 use super::workers::Live;
 use crate::report::{
     DataFile, FailingThread, FairnessReport, KernelReport, KernelVerdict, LatencyReport,
-    ProcessReport, QueryKind, QueryReport, Report, jain,
+    ProcessReport, QueryKind, QueryReport, Report, RuleReport, SegmentReport, jain,
 };
 
 /// Everything the report is made of, once every query thread is done.
@@ -181,14 +181,16 @@ fn query_reports(live: &Live) -> Vec<QueryReport> {
 /// are dropped). `probes_wanted` says why there are none when `bpf` is
 /// `None`.
 pub(super) fn kernel_report(bpf: Option<&SlotringBpf>, probes_wanted: bool) -> KernelReport {
-    let rule = VerifyConfig::default();
+    let cfg = VerifyConfig::default();
     let mut r = KernelReport {
         attached: false,
         attach_mode: None,
         reason: None,
         verdict: KernelVerdict::Unverified,
-        max_parked_cpu_ratio: rule.max_parked_cpu_ratio,
-        per_park_allowance_us: rule.per_park_allowance_ns as f64 / 1e3,
+        rule: RuleReport::new(
+            &bpf.map_or_else(EpisodeRule::default_rule, SlotringBpf::episode_rule),
+            &cfg,
+        ),
         threads: 0,
         failing_tids: vec![],
         failing: vec![],
@@ -201,6 +203,7 @@ pub(super) fn kernel_report(bpf: Option<&SlotringBpf>, probes_wanted: bool) -> K
         unpark_wake_max_us: 0.0,
         missed_events: 0,
         parked_oncpu_us_per_park: 0.0,
+        segments: SegmentReport::default(),
     };
     let Some(bpf) = bpf else {
         r.reason = Some(if probes_wanted {
@@ -219,18 +222,20 @@ pub(super) fn kernel_report(bpf: Option<&SlotringBpf>, probes_wanted: bool) -> K
     }
     let tids = bpf.threads();
     r.threads = tids.len() as u64;
-    match bpf.verify(&tids, rule) {
+    match bpf.verify(&tids, cfg) {
         Ok(v) => {
             let t = &v.total;
-            r.parks = t.parks;
-            r.parked_s = t.parked_ns as f64 / 1e9;
-            r.parked_oncpu_s = t.parked_on_cpu_ns as f64 / 1e9;
-            r.parked_oncpu_pct = t.parked_cpu_ratio() * 100.0;
-            r.parked_runq_s = t.parked_runq_ns as f64 / 1e9;
+            let p = &t.parked;
+            r.parks = p.parks;
+            r.parked_s = p.parked_ns as f64 / 1e9;
+            r.parked_oncpu_s = p.on_cpu_ns as f64 / 1e9;
+            r.parked_oncpu_pct = p.parked_cpu_ratio() * 100.0;
+            r.parked_runq_s = p.runq_ns as f64 / 1e9;
             r.unpark_wake_avg_us =
                 t.unpark_lat_ns.checked_div(t.unpark_wakeups).unwrap_or(0) as f64 / 1e3;
             r.unpark_wake_max_us = t.unpark_lat_max_ns as f64 / 1e3;
-            r.missed_events = t.missed_events;
+            r.missed_events = p.missed_events;
+            r.segments = SegmentReport::from(p);
             r.verdict = KernelVerdict::from(&v.verdict);
             match v.verdict {
                 Verdict::Pass => {}
@@ -238,15 +243,9 @@ pub(super) fn kernel_report(bpf: Option<&SlotringBpf>, probes_wanted: bool) -> K
                     r.failing = v
                         .threads
                         .iter()
-                        .filter(|t| !t.pass)
+                        .filter(|t| !t.parked.pass)
                         .take(8)
-                        .map(|t| FailingThread {
-                            tid: t.tid,
-                            parks: t.parks,
-                            parked_ms: t.parked_ns as f64 / 1e6,
-                            parked_oncpu_us: t.parked_on_cpu_ns as f64 / 1e3,
-                            parked_runq_us: t.parked_runq_ns as f64 / 1e3,
-                        })
+                        .map(FailingThread::new)
                         .collect();
                     r.failing_tids = tids;
                 }

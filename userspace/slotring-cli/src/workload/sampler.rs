@@ -352,13 +352,11 @@ fn kernel_snapshot(bpf: &SlotringBpf) -> Option<KernelSnapshot> {
                 tid,
                 lease: bpf.lease_slot(tid).ok()?,
                 acct: bpf.thread_acct(tid).ok()?,
+                hot: Vec::new(),
             })
         })
         .collect();
-    Some(pinned::kernel_from_threads(
-        &threads,
-        now,
-        bpf.hist_park_cpu().slots,
-        bpf.hist_unpark_rq().slots,
-    ))
+    Some(pinned::kernel_from_threads(&threads, now, |k| {
+        bpf.hist(k).slots
+    }))
 }
