@@ -283,17 +283,25 @@ static __always_inline void episode_end(struct thread_acct *a, __u32 idx, __u64 
 	const struct episode_rule *r = bpf_map_lookup_elem(&episode_rule, &zero);
 	struct hot_log *log;
 	struct hot_episode *e;
-	__u64 hot = 0;
+	__u64 hot = 0, excess = 0, bound;
 
 	if (!a || !n)
 		return;
 	if (r) {
-		if (pre > r->pre_sleep_ns)
+		if (pre > r->pre_sleep_ns) {
 			hot |= SLOTRING_HOT_PRE_SLEEP;
-		if (sleeps >= 2 && between > ppm_of(wait, r->between_ppm))
+			excess += pre - r->pre_sleep_ns;
+		}
+		bound = ppm_of(wait, r->between_ppm);
+		if (sleeps >= 2 && between > bound) {
 			hot |= SLOTRING_HOT_BETWEEN_SLEEPS;
-		if (sleeps && post > r->post_wake_ns + ppm_of(last_sleep, r->post_wake_ppm))
+			excess += between - bound;
+		}
+		bound = r->post_wake_ns + ppm_of(last_sleep, r->post_wake_ppm);
+		if (sleeps && post > bound) {
 			hot |= SLOTRING_HOT_POST_WAKE;
+			excess += post - bound;
+		}
 	}
 	a->episodes += n;
 	if (n > 1)
@@ -313,6 +321,7 @@ static __always_inline void episode_end(struct thread_acct *a, __u32 idx, __u64 
 	if (!hot)
 		return;
 	a->hot_episodes += n;
+	a->hot_excess_ns += excess * n;
 	if (hot & SLOTRING_HOT_PRE_SLEEP)
 		a->hot_pre_sleep += n;
 	if (hot & SLOTRING_HOT_BETWEEN_SLEEPS)

@@ -134,6 +134,9 @@ struct thread_acct {
 	__u64 hot_pre_sleep;     /* episodes hot in each segment */
 	__u64 hot_between_sleeps;
 	__u64 hot_post_wake;
+	__u64 hot_excess_ns;     /* on-CPU of hot episodes above their bounds,
+	                          * summed: what a thread that spins in some of
+	                          * its waits burns beyond the rule */
 	/* Snapshots (private to BPF; exported for debugging). */
 	__u64 snap_exec_ns;      /* se.sum_exec_runtime at last switch-out */
 	__u64 snap_run_delay;    /* sched_info.run_delay at last switch-out */

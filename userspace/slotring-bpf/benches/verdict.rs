@@ -17,7 +17,13 @@
 //! judges it like a spinner; it is reported on its own.
 //!
 //! Keys:
-//! * `verdict_false_pass`: spinners at 5 % or more that passed (goal 0);
+//! * `verdict_false_pass`: spinners at 5 % or more that passed, and
+//!   partial spinners that passed (goal 0);
+//! * `verdict_partial_fails`: *partial spinners*, threads that spin
+//!   through one wait in ten (95 % of it, before the sleep or after the
+//!   wake) and sleep honestly through the others, that failed, of
+//!   `verdict_partial_threads` (the count of hot episodes alone would let
+//!   them pass; their CPU above the bounds does not);
 //! * `verdict_false_fail`: honest sleepers that failed, quiet or beside the
 //!   hog (goal 0);
 //! * `verdict_poller_fails_<wait>`: honest pollers that failed, quiet or
@@ -30,6 +36,9 @@
 //!   percent of their episodes (quiet and hog), and `…_worst`: of the
 //!   honest sleeper with the most among those with 50 episodes or more
 //!   (what `TOLERATED_HOT_FRACTION` must cover);
+//! * `verdict_excess_pct_honest_worst`: the largest CPU above the bounds
+//!   of an honest sleeper, percent of its parked time (what
+//!   `TOLERATED_EXCESS_FRACTION` must cover);
 //! * `switch_prog_ns`, `filtered_prog_ns`: what the probes cost per event,
 //!   measured in the same run as the `bpf` suite does (`common/prog_cost.rs`);
 //! * `honest_{pre,between,post}_max_us_<wait>[_hog]`: the largest segment
@@ -54,7 +63,7 @@ mod shapes;
 #[path = "common/prog_cost.rs"]
 mod prog_cost;
 
-use shapes::{Position, Shape, run_episodes};
+use shapes::{Position, Shape, run_episodes, run_sequence};
 
 /// Wait lengths and episodes per thread (fewer at long waits: the suite
 /// stays within a few minutes).
@@ -69,17 +78,24 @@ const SPINS: [f64; 6] = [0.0, 1.0, 2.0, 5.0, 10.0, 20.0];
 const MUST_FAIL_PCT: f64 = 5.0;
 const ROUNDS: usize = 3;
 
+/// A partial spinner spins through one wait in this many.
+const PARTIAL_EVERY: u32 = 10;
+
 /// One thread's outcome.
 #[derive(Debug, Clone, Copy)]
 struct Outcome {
     wait: usize,
     position: Position,
     spin_pct: f64,
+    /// A partial spinner: `spin_pct` of one wait in [`PARTIAL_EVERY`].
+    partial: bool,
     hog: bool,
     pass: bool,
     episodes: u64,
     hot: u64,
     ratio: f64,
+    /// CPU above the bounds, % of the parked time.
+    excess_pct: f64,
     pre_max_ns: u64,
     between_max_ns: u64,
     post_max_ns: u64,
@@ -144,10 +160,33 @@ fn each_case<T: Send>(
     })
 }
 
-/// Every case of one wait length at once; their outcomes.
+/// Every case of one wait length at once, and the partial spinners of
+/// that length beside them; their outcomes.
 fn round(bpf: &SlotringBpf, wait: usize, cases: &[(Position, f64)], hog: bool) -> Vec<Outcome> {
     let (len, episodes, _) = WAITS[wait];
-    let tids = each_case(len, cases, |shape| run_episodes(&shape, episodes));
+    let partial: Vec<(Position, f64)> = match hog {
+        false => [Position::BeforeSleep, Position::AfterWake]
+            .into_iter()
+            .map(|p| (p, 95.0))
+            .collect(),
+        true => vec![],
+    };
+    let mut tids = each_case(len, cases, |shape| run_episodes(&shape, episodes));
+    // At least two spun waits each: the count's tolerance alone covers them.
+    let n = episodes.max(2 * PARTIAL_EVERY);
+    tids.extend(each_case(len, &partial, |spun| {
+        let honest = Shape {
+            spin_pct: 0.0,
+            ..spun
+        };
+        let waits: Vec<Shape> = (0..n)
+            .map(|i| match i % PARTIAL_EVERY == PARTIAL_EVERY - 1 {
+                true => spun,
+                false => honest,
+            })
+            .collect();
+        run_sequence(&waits)
+    }));
     let r = bpf
         .verify(&tids, VerifyConfig::default())
         .expect("verify registered threads");
@@ -164,21 +203,30 @@ fn round(bpf: &SlotringBpf, wait: usize, cases: &[(Position, f64)], hog: bool) -
             }
         }
     }
+    let kinds = cases
+        .iter()
+        .map(|&c| (c, false))
+        .chain(partial.iter().map(|&c| (c, true)));
     r.threads
         .iter()
-        .zip(cases)
-        .map(|(t, &(position, spin_pct))| Outcome {
-            wait,
-            position,
-            spin_pct,
-            hog,
-            pass: t.parked.pass,
-            episodes: t.parked.segments.episodes,
-            hot: t.parked.hot_episodes(),
-            ratio: t.parked.parked_cpu_ratio(),
-            pre_max_ns: t.parked.segments.pre_sleep_max_ns,
-            between_max_ns: t.parked.segments.between_sleeps_max_ns,
-            post_max_ns: t.parked.segments.post_wake_max_ns,
+        .zip(kinds)
+        .map(|(t, ((position, spin_pct), partial))| {
+            let w = &t.parked;
+            Outcome {
+                wait,
+                position,
+                spin_pct,
+                partial,
+                hog,
+                pass: w.pass,
+                episodes: w.segments.episodes,
+                hot: w.hot_episodes(),
+                ratio: w.parked_cpu_ratio(),
+                excess_pct: w.hot_excess_ns() as f64 / w.parked_ns.max(1) as f64 * 100.0,
+                pre_max_ns: w.segments.pre_sleep_max_ns,
+                between_max_ns: w.segments.between_sleeps_max_ns,
+                post_max_ns: w.segments.post_wake_max_ns,
+            }
         })
         .collect()
 }
@@ -207,12 +255,18 @@ fn rule_from_env() -> EpisodeRule {
 
 /// Sleeps once per wait and never spins.
 fn honest(o: &Outcome) -> bool {
-    o.spin_pct == 0.0 && o.position != Position::BetweenSleeps
+    o.spin_pct == 0.0 && o.position != Position::BetweenSleeps && !o.partial
 }
 
 /// Ten sleeps per wait, never spins.
 fn poller(o: &Outcome) -> bool {
-    o.spin_pct == 0.0 && o.position == Position::BetweenSleeps
+    o.spin_pct == 0.0 && o.position == Position::BetweenSleeps && !o.partial
+}
+
+/// A thread that must fail: a spinner at [`MUST_FAIL_PCT`] or more of every
+/// wait, or a partial spinner.
+fn must_fail(o: &Outcome) -> bool {
+    o.partial || o.spin_pct >= MUST_FAIL_PCT
 }
 
 fn hot_pct(o: &Outcome) -> f64 {
@@ -262,18 +316,7 @@ fn calibrate(bpf: &SlotringBpf, cases: &[(Position, f64)], hog: bool) {
 
 fn main() {
     if std::env::var_os("SLOTRING_VERDICT_CALIBRATE").is_some() {
-        slotring_bpf::install_lease_observer();
-        let bpf = prog_cost::load("slotring-bench-calibrate", std::process::id()).expect("load");
-        let cases: Vec<(Position, f64)> = Position::ALL
-            .iter()
-            .flat_map(|&p| [0.0, 1.0, 2.0, 5.0].into_iter().map(move |s| (p, s)))
-            .collect();
-        calibrate(&bpf, &cases, false);
-        let hog = Hog::start();
-        let unspun: Vec<(Position, f64)> = Position::ALL.iter().map(|&p| (p, 0.0)).collect();
-        calibrate(&bpf, &unspun, true);
-        drop(hog);
-        return;
+        return calibrate_all();
     }
     let mut report = Report::new("verdict");
     slotring_bpf::install_lease_observer();
@@ -282,6 +325,38 @@ fn main() {
         return;
     };
     prog_cost::put_switch_costs(&mut report, &cost);
+    let all = run_matrix(start);
+    let table = put_matrix(&mut report, &all);
+    put_verdict_keys(&mut report, &all);
+    put_honest_segments(&mut report, &all);
+    report.put(
+        "verdict_bench_s",
+        start.elapsed().as_secs_f64(),
+        "wall time of the suite, s",
+    );
+    eprintln!("\n{table}");
+    report.finish().expect("write bench JSON");
+}
+
+/// `SLOTRING_VERDICT_CALIBRATE=1`: the matrix's segment percentiles,
+/// quiet and beside the hog.
+fn calibrate_all() {
+    slotring_bpf::install_lease_observer();
+    let bpf = prog_cost::load("slotring-bench-calibrate", std::process::id()).expect("load");
+    let cases: Vec<(Position, f64)> = Position::ALL
+        .iter()
+        .flat_map(|&p| [0.0, 1.0, 2.0, 5.0].into_iter().map(move |s| (p, s)))
+        .collect();
+    calibrate(&bpf, &cases, false);
+    let hog = Hog::start();
+    let unspun: Vec<(Position, f64)> = Position::ALL.iter().map(|&p| (p, 0.0)).collect();
+    calibrate(&bpf, &unspun, true);
+    drop(hog);
+}
+
+/// Every round of the matrix, quiet, then the unspun shapes beside the
+/// hog: every thread's outcome.
+fn run_matrix(start: Instant) -> Vec<Outcome> {
     let rule = rule_from_env();
     let bpf = SlotringBpf::load(BpfConfig {
         pin_dir: format!("/sys/fs/bpf/slotring-bench-verdict-{}", std::process::id()).into(),
@@ -293,7 +368,6 @@ fn main() {
         "verdict bench: {}",
         slotring_bpf::describe_rule(&rule, &VerifyConfig::default())
     );
-
     let matrix: Vec<(Position, f64)> = Position::ALL
         .iter()
         .flat_map(|&p| SPINS.iter().map(move |&s| (p, s)))
@@ -318,10 +392,13 @@ fn main() {
         rounds(&unspun, true);
         drop(hog);
     }
-    drop(bpf);
+    all
+}
 
-    // The matrix, quiet: hot % per cell (mean over rounds), F for a round
-    // that failed, and the raw ratio; printed after the keys.
+/// The matrix, quiet: a key per cell (hot % mean over rounds, rounds
+/// failed), and the table printed after the keys (F for a round that
+/// failed, and the raw ratio).
+fn put_matrix(report: &mut Report, all: &[Outcome]) -> String {
     let mut table = format!(
         "hot episodes % (mean of {ROUNDS} rounds; F = failed in a round) / raw on-CPU-while-parked %, quiet:\n{:>8} {:>8}",
         "wait", "position"
@@ -336,7 +413,9 @@ fn main() {
             for s in SPINS {
                 let cell: Vec<&Outcome> = all
                     .iter()
-                    .filter(|o| !o.hog && o.wait == w && o.position == p && o.spin_pct == s)
+                    .filter(|o| {
+                        !o.hog && !o.partial && o.wait == w && o.position == p && o.spin_pct == s
+                    })
                     .collect();
                 let n = cell.len().max(1) as f64;
                 let mean = cell.iter().map(|o| hot_pct(o)).sum::<f64>() / n;
@@ -355,11 +434,14 @@ fn main() {
             table += "\n";
         }
     }
+    table
+}
 
-    let false_pass = all
-        .iter()
-        .filter(|o| o.spin_pct >= MUST_FAIL_PCT && o.pass)
-        .count();
+/// The verdict's own keys: false passes and fails, the detection floor,
+/// the honest threads' hot share and excess, the pollers and the partial
+/// spinners.
+fn put_verdict_keys(report: &mut Report, all: &[Outcome]) {
+    let false_pass = all.iter().filter(|o| must_fail(o) && o.pass).count();
     let false_fail = all.iter().filter(|o| honest(o) && !o.pass).count();
     let w20 = WAITS
         .iter()
@@ -367,7 +449,7 @@ fn main() {
         .expect("a 20 ms wait");
     let caught = |p: f64| {
         all.iter()
-            .filter(|o| o.wait == w20 && o.spin_pct >= p)
+            .filter(|o| !o.partial && o.wait == w20 && o.spin_pct >= p)
             .all(|o| !o.pass)
     };
     let detect_min = SPINS
@@ -387,20 +469,26 @@ fn main() {
         .filter(|o| honest(o) && o.episodes >= 50)
         .map(hot_pct)
         .fold(0.0, f64::max);
+    let worst_excess = all
+        .iter()
+        .filter(|o| honest(o))
+        .map(|o| o.excess_pct)
+        .fold(0.0, f64::max);
+    let partial: Vec<&Outcome> = all.iter().filter(|o| o.partial).collect();
     report.put(
         "verdict_false_pass",
         false_pass as f64,
-        "spinners at >= 5 % of each wait that passed (goal 0)",
+        "spinners at >= 5 % of each wait, and partial spinners, that passed; goal <= 0",
     );
     report.put(
         "verdict_false_fail",
         false_fail as f64,
-        "honest sleepers that failed, quiet or beside stress-ng --cpu 2 (goal 0)",
+        "honest sleepers that failed, quiet or beside stress-ng --cpu 2; goal <= 0",
     );
     report.put(
         "verdict_detect_min_pct_20ms",
         detect_min,
-        "smallest spin % caught at 20 ms waits, every position and round (goal <= 2)",
+        "smallest spin % caught at 20 ms waits, every position and round; goal <= 2",
     );
     report.put(
         "verdict_hot_episode_pct_honest",
@@ -411,6 +499,21 @@ fn main() {
         "verdict_hot_episode_pct_honest_worst",
         worst,
         "hot episodes of the honest sleeper (>= 50 episodes) with the most, %",
+    );
+    report.put(
+        "verdict_excess_pct_honest_worst",
+        worst_excess,
+        "CPU above the bounds of the honest sleeper with the most, % of its parked time (tolerated 1 %)",
+    );
+    report.put(
+        "verdict_partial_threads",
+        partial.len() as f64,
+        "partial spinners (one wait in ten spun through), every wait length and round",
+    );
+    report.put(
+        "verdict_partial_fails",
+        partial.iter().filter(|o| !o.pass).count() as f64,
+        "of those, the ones that failed; goal >= verdict_partial_threads",
     );
     for (w, (_, _, wname)) in WAITS.iter().enumerate() {
         let fails = all
@@ -423,6 +526,10 @@ fn main() {
             "honest pollers (ten sleeps, no spin) that failed, quiet or hog",
         );
     }
+}
+
+/// The largest segments of the unspun threads, per wait, quiet and hog.
+fn put_honest_segments(report: &mut Report, all: &[Outcome]) {
     for (w, (_, _, wname)) in WAITS.iter().enumerate() {
         for hog in [false, true] {
             let unspun: Vec<&Outcome> = all
@@ -453,11 +560,4 @@ fn main() {
             );
         }
     }
-    report.put(
-        "verdict_bench_s",
-        start.elapsed().as_secs_f64(),
-        "wall time of the suite, s",
-    );
-    eprintln!("\n{table}");
-    report.finish().expect("write bench JSON");
 }

@@ -299,6 +299,8 @@ abi_struct! {
         hot_between_sleeps: u64,
         /// Episodes over the post-wake bound.
         hot_post_wake: u64,
+        /// On-CPU ns of hot episodes above their bounds, summed.
+        hot_excess_ns: u64,
         /// BPF private: `se.sum_exec_runtime` at the last switch-out.
         snap_exec_ns: u64,
         /// BPF private: `sched_info.run_delay` at the last switch-out.

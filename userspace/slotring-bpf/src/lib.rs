@@ -24,7 +24,7 @@
 //! * [`SlotringBpf::verify`] turns the kernel's accounting into a
 //!   [`VerificationReport`] with a [`Verdict`]: per parked episode, the
 //!   on-CPU time before the first sleep, between sleeps and after the last
-//!   wake-up, each with its own bound (the model is in `verify.rs`).
+//!   wake-up, each with its own bound (the model is in the `verify` module).
 
 #![deny(unsafe_code)]
 
@@ -54,8 +54,8 @@ pub use loader::{
 };
 pub use verify::{
     BETWEEN_SLEEPS_FRACTION, EpisodeFigures, Histograms, POST_WAKE_BOUND, POST_WAKE_FRACTION,
-    PRE_SLEEP_BOUND, ParkedWindow, Reading, Segments, TOLERATED_HOT_EPISODES,
-    TOLERATED_HOT_FRACTION, ThreadReport, Verdict, VerificationReport, VerifyConfig, WINDOW_HEADER,
-    describe_hot, describe_rule, describe_segments, hot_names, open_episode, write_failing,
-    write_window_row,
+    PRE_SLEEP_BOUND, ParkedWindow, Reading, Segments, TOLERATED_EXCESS_FRACTION,
+    TOLERATED_HOT_EPISODES, TOLERATED_HOT_FRACTION, ThreadReport, Verdict, VerificationReport,
+    VerifyConfig, WINDOW_HEADER, describe_hot, describe_rule, describe_segments, hot_names,
+    open_episode, write_failing, write_window_row,
 };

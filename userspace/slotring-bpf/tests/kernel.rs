@@ -13,9 +13,9 @@ use slotring_bpf::{
     AbiStruct, AttachMode, BpfConfig, BpfError, ProbeStatus, SlotringBpf, ThrottleStats, Verdict,
     VerifyConfig,
 };
+use slotring_counters::uring::UringCounters;
 use slotring_slots::SlotsCounters;
 use slotring_throttle::{LeaseState, ThrottleCounters, notify_lease_state};
-use slotring_counters::uring::UringCounters;
 
 mod probes;
 mod shapes;

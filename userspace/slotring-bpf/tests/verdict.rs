@@ -15,7 +15,7 @@ mod probes;
 mod shapes;
 
 use probes::{load, serial, tid};
-use shapes::{Position, Shape, run_episodes};
+use shapes::{Position, Shape, run_episodes, run_sequence};
 
 /// Run each `(shape, episodes)` on a thread of its own, all at once (the
 /// accounting is per thread), and verify them in order.
@@ -94,6 +94,49 @@ fn spinners_fail_before_the_sleep_after_the_wake_and_between_sleeps() {
             "{r}"
         );
     }
+}
+
+#[test]
+fn a_thread_that_spins_through_one_wait_in_ten_fails_on_its_cpu_above_the_bounds() {
+    let _g = serial();
+    let Some(bpf) = load("partial", |_| {}) else {
+        return;
+    };
+    // 40 waits of 20 ms; every tenth spun through (95 % of it) before its
+    // sleep. Four hot episodes are within the count's tolerance (2 + 10 %
+    // of 40); their 72 ms on CPU above the pre-sleep bound are not within
+    // 1 % of the 800 ms parked.
+    let honest = shape(20, 0.0, Position::BeforeSleep);
+    let spun = shape(20, 95.0, Position::BeforeSleep);
+    let sequence: Vec<Shape> = (0..40)
+        .map(|i| if i % 10 == 9 { spun } else { honest })
+        .collect();
+    let tids: Vec<u32> = std::thread::scope(|s| {
+        let partial = s.spawn(|| run_sequence(&sequence));
+        let plain = s.spawn(|| run_episodes(&honest, 40));
+        vec![partial.join().unwrap(), plain.join().unwrap()]
+    });
+    let r = bpf.verify(&tids, VerifyConfig::default()).unwrap();
+    println!("{r}");
+    logged_hot_agrees(&r, &bpf.episode_rule());
+    let (partial, plain) = (&r.threads[0].parked, &r.threads[1].parked);
+    assert_eq!(partial.segments.episodes, 40, "{r}");
+    assert!(
+        partial.hot_episodes() >= 4 && partial.hot_episodes() <= partial.tolerated,
+        "the count alone would let it pass: {r}"
+    );
+    assert!(
+        partial.hot_excess_ns() > partial.tolerated_excess_ns,
+        "its CPU above the bounds is over the tolerance: {r}"
+    );
+    assert!(!partial.pass && plain.pass, "{r}");
+    assert_eq!(
+        r.verdict,
+        Verdict::Fail {
+            tids: vec![tids[0]]
+        },
+        "{r}"
+    );
 }
 
 #[test]

@@ -159,6 +159,9 @@ struct VerifyArgs {
     /// Plus this fraction of its episodes (a ratio in [0, 1])
     #[arg(long, value_name = "RATIO", default_value_t = slotring::bpf::TOLERATED_HOT_FRACTION, value_parser = config::ratio)]
     tolerated_hot_fraction: f64,
+    /// On-CPU time above the bounds a thread may spend, as a fraction of its parked time (in [0, 1])
+    #[arg(long, value_name = "RATIO", default_value_t = slotring::bpf::TOLERATED_EXCESS_FRACTION, value_parser = config::ratio)]
+    tolerated_excess_fraction: f64,
 }
 
 /// Block SIGINT/SIGTERM in every thread and turn them into a stop flag; a
@@ -455,6 +458,7 @@ fn cmd_verify(args: &VerifyArgs, stop: &AtomicBool) -> Result<u8> {
     let cfg = slotring::bpf::VerifyConfig {
         tolerated_hot_episodes: args.tolerated_hot_episodes,
         tolerated_hot_fraction: args.tolerated_hot_fraction,
+        tolerated_excess_fraction: args.tolerated_excess_fraction,
     };
     eprintln!(
         "slotring verify: watching {} threads of process {pid} for {window:?}",

@@ -419,6 +419,9 @@ pub struct RuleReport {
     pub tolerated_hot_episodes: u64,
     /// Plus this % of its episodes (`TOLERATED_HOT_FRACTION`).
     pub tolerated_hot_pct: f64,
+    /// On-CPU time above the bounds a thread may spend, % of its parked
+    /// time (`TOLERATED_EXCESS_FRACTION`).
+    pub tolerated_excess_pct: f64,
 }
 
 impl RuleReport {
@@ -431,6 +434,7 @@ impl RuleReport {
             post_wake_pct_of_sleep: rule.post_wake_ppm as f64 / 1e4,
             tolerated_hot_episodes: cfg.tolerated_hot_episodes,
             tolerated_hot_pct: cfg.tolerated_hot_fraction * 100.0,
+            tolerated_excess_pct: cfg.tolerated_excess_fraction * 100.0,
         }
     }
 }
@@ -439,13 +443,14 @@ impl fmt::Display for RuleReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "an episode is hot when on CPU > {:.0} us before its first sleep (PRE_SLEEP_BOUND), > {:.2}% of its wait between sleeps (BETWEEN_SLEEPS_FRACTION), or > {:.0} us (POST_WAKE_BOUND) + {:.2}% of the sleep before it (POST_WAKE_FRACTION) after the wake; a thread fails with more than {} (TOLERATED_HOT_EPISODES) + {:.2}% (TOLERATED_HOT_FRACTION) of its episodes hot",
+            "an episode is hot when on CPU > {:.0} us before its first sleep (PRE_SLEEP_BOUND), > {:.2}% of its wait between sleeps (BETWEEN_SLEEPS_FRACTION), or > {:.0} us (POST_WAKE_BOUND) + {:.2}% of the sleep before it (POST_WAKE_FRACTION) after the wake; a thread fails with more than {} (TOLERATED_HOT_EPISODES) + {:.2}% (TOLERATED_HOT_FRACTION) of its episodes hot, or more than {:.2}% (TOLERATED_EXCESS_FRACTION) of its parked time on CPU above those bounds",
             self.pre_sleep_us,
             self.between_sleeps_pct_of_wait,
             self.post_wake_us,
             self.post_wake_pct_of_sleep,
             self.tolerated_hot_episodes,
-            self.tolerated_hot_pct
+            self.tolerated_hot_pct,
+            self.tolerated_excess_pct
         )
     }
 }
@@ -479,6 +484,8 @@ pub struct SegmentReport {
     pub hot_between_sleeps: u64,
     /// Episodes hot after the wake.
     pub hot_post_wake: u64,
+    /// On-CPU time of the hot episodes above their bounds, µs.
+    pub above_bounds_us: f64,
 }
 
 impl From<&ParkedWindow> for SegmentReport {
@@ -505,6 +512,7 @@ impl From<&ParkedWindow> for SegmentReport {
             hot_pre_sleep: s.hot_pre_sleep,
             hot_between_sleeps: s.hot_between_sleeps,
             hot_post_wake: s.hot_post_wake,
+            above_bounds_us: w.hot_excess_ns() as f64 / 1e3,
         }
     }
 }
@@ -513,7 +521,7 @@ impl fmt::Display for SegmentReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} episodes, {} sleeps; on CPU per episode: {:.1} us before the sleep, {:.1} us between sleeps, {:.1} us after the wake (largest {:.1} / {:.1} / {:.1} us); {} hot ({} before the sleep, {} between sleeps, {} after the wake)",
+            "{} episodes, {} sleeps; on CPU per episode: {:.1} us before the sleep, {:.1} us between sleeps, {:.1} us after the wake (largest {:.1} / {:.1} / {:.1} us); {} hot ({} before the sleep, {} between sleeps, {} after the wake), {:.1} us on CPU above the bounds",
             self.episodes,
             self.sleeps,
             self.pre_sleep_us_mean,
@@ -525,7 +533,8 @@ impl fmt::Display for SegmentReport {
             self.hot_episodes,
             self.hot_pre_sleep,
             self.hot_between_sleeps,
-            self.hot_post_wake
+            self.hot_post_wake,
+            self.above_bounds_us
         )
     }
 }
@@ -583,6 +592,10 @@ pub struct FailingThread {
     pub parked_runq_us: f64,
     /// Hot episodes it was allowed.
     pub tolerated_hot_episodes: u64,
+    /// On-CPU time of its hot episodes above their bounds, µs.
+    pub above_bounds_us: f64,
+    /// What it was allowed of that, µs.
+    pub tolerated_above_bounds_us: f64,
     /// Its segments.
     pub segments: SegmentReport,
     /// Its last hot episodes, oldest first.
@@ -600,6 +613,8 @@ impl FailingThread {
             parked_oncpu_us: p.on_cpu_ns as f64 / 1e3,
             parked_runq_us: p.runq_ns as f64 / 1e3,
             tolerated_hot_episodes: p.tolerated,
+            above_bounds_us: p.hot_excess_ns() as f64 / 1e3,
+            tolerated_above_bounds_us: p.tolerated_excess_ns as f64 / 1e3,
             segments: SegmentReport::from(p),
             hot: t.hot.iter().map(HotEpisodeReport::from).collect(),
         }
@@ -923,11 +938,13 @@ impl fmt::Display for Report {
         for t in &k.failing {
             writeln!(
                 f,
-                "  thread {} over the rule: {} of {} episodes hot (allowed {}); parked {:.3} ms in {} parks, {:.1} us of it on CPU, {:.1} us in the run queue",
+                "  thread {} over the rule: {} of {} episodes hot (allowed {}), {:.1} us on CPU above the bounds (allowed {:.1} us); parked {:.3} ms in {} parks, {:.1} us of it on CPU, {:.1} us in the run queue",
                 t.tid,
                 t.segments.hot_episodes,
                 t.segments.episodes,
                 t.tolerated_hot_episodes,
+                t.above_bounds_us,
+                t.tolerated_above_bounds_us,
                 t.parked_ms,
                 t.parks,
                 t.parked_oncpu_us,

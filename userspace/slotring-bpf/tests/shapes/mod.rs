@@ -192,3 +192,17 @@ pub fn run_episodes(shape: &Shape, episodes: u32) -> u32 {
     notify_lease_state(LeaseState::NotHolding);
     nix::unistd::gettid().as_raw() as u32
 }
+
+/// One parked wait of each shape of `sequence`, in order, on the calling
+/// thread (its ring set up first with the lease running); returns the
+/// thread id. A thread whose waits are not all alike: one that spins
+/// through only some of them.
+pub fn run_sequence(sequence: &[Shape]) -> u32 {
+    notify_lease_state(LeaseState::Running);
+    let mut w = Waiter::new();
+    for shape in sequence {
+        w.episode(shape);
+    }
+    notify_lease_state(LeaseState::NotHolding);
+    nix::unistd::gettid().as_raw() as u32
+}
