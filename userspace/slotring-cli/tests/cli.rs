@@ -1507,6 +1507,9 @@ fn a_verdict_across_a_window_in_which_the_probes_go_away_is_unverified() {
     let run = spawn_run(&root, data.path(), "60s");
     let pid = run.child.0.id();
     wait_for_pins(&root, pid);
+    // The pins are there from the start (`/metrics` too): wait for the
+    // query threads, whose parks the window is to watch.
+    wait_for_queries(run.addr);
     let verify = Command::new(bin())
         .args(["verify", "--pid", &pid.to_string(), "--window", "5s"])
         .arg("--pin-dir")
