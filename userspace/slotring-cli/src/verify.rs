@@ -71,7 +71,7 @@ pub struct ThreadWindow {
 pub enum Outcome {
     /// Nothing could be judged, and why.
     Unverified(String),
-    /// No thread had more hot episodes than it is allowed.
+    /// No thread had more hot episodes, or more CPU above the bounds, than it is allowed.
     Pass,
     /// These threads did.
     Fail(Vec<u32>),

@@ -53,7 +53,7 @@ impl ThreadReport {
 /// The outcome.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
-    /// Every thread had no more hot episodes than it is allowed.
+    /// No thread had more hot episodes, or more CPU above the bounds, than it is allowed.
     Pass,
     /// These threads burned CPU while parked.
     Fail {
