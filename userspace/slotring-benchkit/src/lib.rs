@@ -10,7 +10,13 @@
 //! in the system-level bench crate, slotring-bench) writes one JSON: the
 //! first target with [`Report::new`], the others with
 //! [`Report::adding_to`].
+//!
+//! Beside the JSON, [`Report`] writes `target/bench/<suite>.meta.json`: the
+//! machine, kernel, commit, date and load the run started at
+//! ([`meta::RunMeta`]), which `cargo xtask bench-report` prints above the
+//! suite's table.
 
+pub mod meta;
 pub mod rocksdb_limiter;
 
 use std::collections::BTreeMap;
@@ -21,6 +27,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
+
+use crate::meta::RunMeta;
 
 /// Median of `xs` (sorted in place); 0 for an empty slice.
 pub fn median(xs: &mut [f64]) -> f64 {
@@ -182,10 +190,13 @@ impl Drop for DataFile {
     }
 }
 
-/// Collects named numbers, prints them and writes the JSON.
+/// Collects named numbers, prints them and writes the JSON and the run's
+/// metadata.
 #[derive(Debug)]
 pub struct Report {
     suite: String,
+    /// Read when the report is made: the run's start.
+    meta: RunMeta,
     values: BTreeMap<String, f64>,
     notes: BTreeMap<String, String>,
     order: Vec<String>,
@@ -195,10 +206,11 @@ pub struct Report {
 
 impl Report {
     /// A report for `suite` (the JSON file is `target/bench/<suite>.json`,
-    /// written anew).
+    /// written anew); the run's metadata is read now.
     pub fn new(suite: &str) -> Self {
         Self {
             suite: suite.to_owned(),
+            meta: RunMeta::collect(std::path::Path::new(env!("CARGO_MANIFEST_DIR"))),
             values: BTreeMap::new(),
             notes: BTreeMap::new(),
             order: vec![],
@@ -209,7 +221,8 @@ impl Report {
     /// A report that adds its keys to `suite`'s JSON as an earlier target
     /// of the same `cargo xtask bench` run left it: a key of this report
     /// replaces the file's, every other key of the file stays (no file: only
-    /// this report's keys).
+    /// this report's keys). Its metadata is merged into the file's
+    /// ([`RunMeta::merged_with`]).
     pub fn adding_to(suite: &str) -> Self {
         Self {
             adding: true,
@@ -251,12 +264,15 @@ impl Report {
         self.finish_in(&Self::default_dir())
     }
 
-    /// Print the table and write `<dir>/<suite>.json`; returns the path written.
+    /// Print the table and write `<dir>/<suite>.json` (a value that is not
+    /// a finite number is `null`) and `<dir>/<suite>.meta.json`; returns the
+    /// JSON's path.
     ///
     /// # Errors
     ///
-    /// If the directory or the file cannot be written, or (adding) the
-    /// file there is not a JSON object.
+    /// If the directory or the JSON cannot be written, or (adding) the
+    /// JSON there is not a JSON object. The metadata is a statistic: a
+    /// failure to write it is printed, not returned.
     pub fn finish_in(self, dir: &std::path::Path) -> std::io::Result<PathBuf> {
         let added = if self.adding { " added" } else { "" };
         println!(
@@ -285,12 +301,35 @@ impl Report {
             false => serde_json::Map::new(),
         };
         for (k, v) in &self.values {
-            let n = serde_json::Number::from_f64(*v).unwrap_or_else(|| serde_json::Number::from(0));
-            obj.insert(k.clone(), serde_json::Value::Number(n));
+            let n = serde_json::Number::from_f64(*v)
+                .map_or(serde_json::Value::Null, serde_json::Value::Number);
+            obj.insert(k.clone(), n);
         }
         std::fs::write(&path, serde_json::to_string_pretty(&obj)? + "\n")?;
         println!("wrote {}", path.display());
+        self.write_meta(dir);
         Ok(path)
+    }
+
+    /// Write `<dir>/<suite>.meta.json`: this run's metadata, merged into
+    /// the file's when adding to it. A failure is printed.
+    fn write_meta(&self, dir: &std::path::Path) {
+        let path = dir.join(format!("{}.meta.json", self.suite));
+        let earlier = self
+            .adding
+            .then(|| std::fs::read_to_string(&path).ok())
+            .flatten()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .filter(serde_json::Value::is_object)
+            .map(|v| RunMeta::from_json(&v));
+        let meta = match earlier {
+            Some(e) => e.merged_with(&self.meta),
+            None => self.meta.clone(),
+        };
+        let text = serde_json::to_string_pretty(&meta.to_json()).unwrap_or_default() + "\n";
+        if let Err(e) = std::fs::write(&path, text) {
+            eprintln!("the run's metadata not written to {}: {e}", path.display());
+        }
     }
 }
 
@@ -350,6 +389,43 @@ mod tests {
         let e = finish(Report::adding_to("split"), &[("d", 6.0)], &dir).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "not json");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_value_that_is_not_finite_is_null_and_the_meta_is_written_beside() {
+        let dir = std::env::temp_dir().join(format!("benchkit-meta-{}", std::process::id()));
+        let mut r = Report::new("m");
+        r.meta.load = Some(0.5);
+        r.meta.date = "first".into();
+        r.put("nan", f64::NAN, "x");
+        r.put("inf", f64::INFINITY, "x");
+        r.put("one", 1.0, "x");
+        let p = r.finish_in(&dir).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        assert!(v["nan"].is_null() && v["inf"].is_null());
+        assert_eq!(v["one"].as_f64(), Some(1.0));
+        let meta = |d: &std::path::Path| {
+            let t = std::fs::read_to_string(d.join("m.meta.json")).unwrap();
+            RunMeta::from_json(&serde_json::from_str(&t).unwrap())
+        };
+        assert_eq!(meta(&dir).date, "first");
+        assert!(!meta(&dir).kernel.is_empty());
+        // An added report keeps the first run's date and the larger load.
+        let mut added = Report::adding_to("m");
+        added.meta.load = Some(3.0);
+        added.meta.date = "second".into();
+        added.finish_in(&dir).unwrap();
+        assert_eq!(
+            (meta(&dir).date.as_str(), meta(&dir).load),
+            ("first", Some(3.0))
+        );
+        // A fresh report replaces it.
+        let mut fresh = Report::new("m");
+        fresh.meta.load = Some(0.1);
+        fresh.finish_in(&dir).unwrap();
+        assert_eq!(meta(&dir).load, Some(0.1));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
