@@ -10,7 +10,15 @@
 //! * `bench <suite>` — run one benchmark suite (ours and baselines side by
 //!   side; its bench targets in the order `suites.rs` lists them, after
 //!   building the binaries they run); it prints a table and writes
-//!   `target/bench/<suite>.json`.
+//!   `target/bench/<suite>.json` (and `<suite>.meta.json`, the run's
+//!   machine, commit and load).
+//! * `bench-report [SUITE ...] [--take] [--check]` — render
+//!   `docs/bench/<suite>.md` and its index from `docs/bench/data/`
+//!   (`--take`: copy the suites' data from `target/bench/` first;
+//!   `--check`: fail if a checked-in report differs from its data); see
+//!   `bench_report.rs`.
+//! * `doc-check` — the project's Markdown names only paths, crates and
+//!   items that exist, and no counts; see `doc_check.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,7 +26,11 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod bench_goal;
+mod bench_goals;
+mod bench_report;
 mod deps;
+mod doc_check;
 mod ebpf;
 mod suites;
 
@@ -45,6 +57,22 @@ enum Cmd {
         /// The suite name.
         suite: String,
     },
+    /// Render the benchmark reports in docs/bench/ from docs/bench/data/.
+    BenchReport {
+        /// The suites to render (default: every suite with data); with
+        /// `--take`, the suites to take.
+        suites: Vec<String>,
+        /// First copy the suites' `target/bench/<suite>{,.meta}.json` into
+        /// docs/bench/data/ (no suites named: every suite target/bench/ holds).
+        #[arg(long)]
+        take: bool,
+        /// Do not write; fail if a checked-in report differs from its data.
+        #[arg(long, conflicts_with = "take")]
+        check: bool,
+    },
+    /// Check that README.md, ARCHITECTURE.md, CONTRIBUTING.md and
+    /// docs/bench/README.md name only paths, crates and items that exist.
+    DocCheck,
     /// Recompile the eBPF objects with clang-19 (`--check`: fail if stale).
     BuildEbpf {
         /// Do not write; fail if the committed objects differ from a fresh build.
@@ -60,6 +88,12 @@ fn main() -> Result<()> {
         Cmd::Ci { no_loom } => ci(&root, no_loom),
         Cmd::Deps => deps::ensure(&mut deps::Host, deps::PACKAGES),
         Cmd::Bench { suite } => bench(&root, &suite),
+        Cmd::BenchReport {
+            suites,
+            take,
+            check,
+        } => bench_report::run(&root, &suites, take, check),
+        Cmd::DocCheck => doc_check::run(&root),
         Cmd::BuildEbpf { check } => suites::build_ebpf(&root, check),
     }
 }

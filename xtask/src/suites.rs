@@ -77,9 +77,12 @@ pub(crate) fn bench_suite(name: &str) -> Option<&'static Suite> {
     BENCHES.iter().find(|s| s.name == name)
 }
 
-/// Checks that committed generated files are fresh.
+/// Checks that committed generated files are fresh (the eBPF objects, the
+/// benchmark reports) and that the docs name only what exists.
 pub(crate) fn ci_generated_checks(root: &Path) -> Result<()> {
-    crate::ebpf::check_fresh(root)
+    crate::ebpf::check_fresh(root)?;
+    crate::bench_report::run(root, &[], false, true)?;
+    crate::doc_check::run(root)
 }
 
 /// Rebuild (or, with `check`, verify) the committed eBPF objects.

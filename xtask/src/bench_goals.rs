@@ -1,0 +1,418 @@
+//! The goals `cargo xtask bench-report` judges each suite's keys by: for
+//! each suite, its keys with a goal (`bench_goal.rs`'s forms), the key the
+//! value is read against (its baseline) and what the key means. A goal is
+//! the one its bench's note or its issue states; a key with none is listed
+//! in the report without one.
+
+/// One key's row.
+pub(crate) struct KeyGoal {
+    /// The bench key.
+    pub(crate) key: &'static str,
+    /// Its goal, in `bench_goal.rs`'s forms; `None`: none is stated.
+    pub(crate) goal: Option<&'static str>,
+    /// The key its value is read against, when the goal names none.
+    pub(crate) baseline: Option<&'static str>,
+    /// What it measures, in one line.
+    pub(crate) meaning: &'static str,
+}
+
+const fn g(key: &'static str, goal: &'static str, meaning: &'static str) -> KeyGoal {
+    KeyGoal {
+        key,
+        goal: Some(goal),
+        baseline: None,
+        meaning,
+    }
+}
+
+const fn gb(
+    key: &'static str,
+    goal: &'static str,
+    baseline: &'static str,
+    meaning: &'static str,
+) -> KeyGoal {
+    KeyGoal {
+        key,
+        goal: Some(goal),
+        baseline: Some(baseline),
+        meaning,
+    }
+}
+
+const fn info(key: &'static str, meaning: &'static str) -> KeyGoal {
+    KeyGoal {
+        key,
+        goal: None,
+        baseline: None,
+        meaning,
+    }
+}
+
+/// `(suite, its keys' goals)`; a suite of `suites::BENCHES` that is not
+/// here has no stated goals.
+pub(crate) const GOALS: &[(&str, &[KeyGoal])] = &[
+    ("verdict", VERDICT),
+    ("workload", WORKLOAD),
+    ("throttle", THROTTLE),
+    ("fair", FAIR),
+    ("slots", SLOTS),
+    ("bpf", BPF),
+    ("uring", URING),
+    ("write", WRITE),
+    ("e2e", E2E),
+    ("adaptive", ADAPTIVE),
+];
+
+const VERDICT: &[KeyGoal] = &[
+    g(
+        "verdict_false_pass",
+        "<= 0",
+        "spinners (>= 5 % of each wait, and partial spinners) that passed",
+    ),
+    g(
+        "verdict_false_fail",
+        "<= 0",
+        "honest sleepers that failed, quiet or beside stress-ng --cpu 2",
+    ),
+    g(
+        "verdict_detect_min_pct_20ms",
+        "<= 2",
+        "smallest spin % caught at 20 ms waits, every position and round",
+    ),
+    g(
+        "verdict_partial_fails",
+        ">= 1 x verdict_partial_threads",
+        "partial spinners (one wait in ten spun through) that failed: all of them",
+    ),
+    info(
+        "verdict_partial_threads",
+        "partial spinners run, every wait length and round",
+    ),
+    info(
+        "verdict_excess_pct_honest_worst",
+        "CPU above the bounds of the worst honest sleeper, % of its parked time (tolerated 1 %)",
+    ),
+];
+
+const WORKLOAD: &[KeyGoal] = &[
+    g(
+        "wl_charge_ns_3level",
+        "<= 1.5 x wl_charge_ns_flat",
+        "no-wait permit, 2 threads, a leaf two levels under the capped root",
+    ),
+    g(
+        "wl_grant_release_ns",
+        "<= 1.5 x tokio_semaphore_ns",
+        "a CPU slot taken and given back, 2 threads, limits at root and leaf",
+    ),
+    g(
+        "wl_push_pop_ns_10k",
+        "<= 500",
+        "one push and one dispatch, 10,000 queued leaves",
+    ),
+    g(
+        "wl_background_share_idle_pct",
+        ">= 99",
+        "a background workload's share of an otherwise idle resource, %",
+    ),
+    g(
+        "wl_cap_error_pct",
+        "<= 0.5",
+        "a capped workload's rate against its cap, %",
+    ),
+    g(
+        "wl_share_w31_pct",
+        "75 +- 2",
+        "the weight-3 sibling's share against a weight-1 one, %",
+    ),
+    g(
+        "wl_share_nested_pct",
+        "50 +- 2",
+        "a nested workload's share against its parent's sibling, equal weights, %",
+    ),
+    g(
+        "wl_inflight_max",
+        "<= 1 x wl_inflight_limit",
+        "most requests in flight at once, against the limit",
+    ),
+    g(
+        "wl_write_share_pct",
+        "75 +- 2",
+        "the weight-3 workload's share of the write rate, %",
+    ),
+    g(
+        "wl_cpu_share_pct",
+        "67 +- 3",
+        "the weight-2 workload's share of CPU slots, %",
+    ),
+    g(
+        "wl_cpu_short_p99_ms",
+        "<= 1.2 x wl_cpu_short_p99_ms_alone",
+        "short queries' p99 beside the CPU-bound workloads, ms",
+    ),
+    info(
+        "wl_charge_ratio_3level_flat",
+        "wl_charge_ns_3level / wl_charge_ns_flat (the goal is on wl_charge_ns_3level)",
+    ),
+];
+
+const THROTTLE: &[KeyGoal] = &[
+    gb(
+        "ratio_ours_vs_mutex_1t",
+        "<= 0.5",
+        "mutex_port_ns_1t",
+        "no-wait throttle, 1 thread: ours / a mutex-guarded port",
+    ),
+    gb(
+        "ratio_ours_vs_governor_2t",
+        "<= 1",
+        "governor_ns_2t",
+        "no-wait throttle, 2 threads: ours / governor",
+    ),
+    g(
+        "rate_error_pct_max",
+        "<= 0.5",
+        "worst rate error of 1 MB/s, 100 MB/s and 1 GB/s, %",
+    ),
+    g(
+        "wait_overshoot_us_p50_ring",
+        "<= 0.5 x wait_overshoot_us_p50",
+        "ring-timeout wait's overshoot of 1 ms deficits, p50 µs, against the nanosleep's",
+    ),
+];
+
+const FAIR: &[KeyGoal] = &[
+    gb(
+        "fair_share_b_pct",
+        "50 +- 2",
+        "fifo_share_b_pct",
+        "B (1 stream) vs A (64), equal weights, fair, %",
+    ),
+    g(
+        "fair_share_a_pct_w31",
+        "75 +- 2",
+        "A weight 3 vs B weight 1, %",
+    ),
+    g(
+        "fair_jain_weighted",
+        ">= 0.99",
+        "Jain's index of bytes/weight, the worse of 1:1 and 3:1",
+    ),
+    g(
+        "fair_rate_error_pct",
+        "<= 0.5",
+        "total granted vs 64 MiB/s over 5 s, fair, %",
+    ),
+    gb(
+        "fair_b_wait_p99_ms",
+        "<= 36.25",
+        "fifo_b_wait_p99_ms",
+        "B's wait p99, fair, ms (goal: its 1 MiB at half the 64 MiB/s rate + 5 ms)",
+    ),
+    g(
+        "fair_idle_return_excess_pct",
+        "<= 0.5",
+        "B's bytes above its half in its first second back after 10 s idle, % (tau / 1 s)",
+    ),
+    g(
+        "fair_share_b_pct_async",
+        "50 +- 2",
+        "B (1 task) vs A (64 tasks) through SharedEngine, equal weights, %",
+    ),
+];
+
+const SLOTS: &[KeyGoal] = &[
+    gb(
+        "grant_release_over_tokio",
+        "<= 1.5",
+        "tokio_semaphore_ns",
+        "slot grant + release / tokio Semaphore",
+    ),
+    g(
+        "mmf_grant_ns_10k",
+        "<= 300",
+        "max-min fair grant, 10,000 waiting allocations, ns",
+    ),
+    g(
+        "jain_mmf",
+        ">= 0.99",
+        "Jain's index of the short queries' service, max-min fair",
+    ),
+];
+
+const BPF: &[KeyGoal] = &[
+    g(
+        "wakeup_prog_ns",
+        "<= 150",
+        "ns per sched_wakeup of a traced thread",
+    ),
+    g(
+        "filtered_prog_ns",
+        "<= 70",
+        "ns per sched_switch dropped by the tgid filter",
+    ),
+    g(
+        "switch_prog_ns",
+        "<= 150",
+        "ns per sched_switch of traced threads",
+    ),
+];
+
+const URING: &[KeyGoal] = &[
+    gb(
+        "hot_ratio_uring_vs_pread",
+        ">= 0.9",
+        "hot_gibps_pread",
+        "hot reads, ring / pread, median per-round ratio",
+    ),
+    g(
+        "nowait_overhead_pct",
+        "<= 5",
+        "miss detection on vs off, hot reads, %",
+    ),
+    g(
+        "disk_peak_ratio",
+        "<= 1.2",
+        "peak 100 ms device read rate / 20 MB/s limit, 64 cold streams",
+    ),
+];
+
+const WRITE: &[KeyGoal] = &[
+    g(
+        "write_disk_peak_ratio",
+        "<= 1.2",
+        "peak 100 ms device write rate / 32 MiB/s, paced, worst run",
+    ),
+    g(
+        "write_disk_rate_error_pct",
+        "<= 1",
+        "device bytes against limit x time, %, median round, worse of 1 and 8 writers",
+    ),
+    g(
+        "write_throughput_ratio",
+        ">= 0.98",
+        "writers' achieved rate / limit, median round, worse of 1 and 8",
+    ),
+    g(
+        "write_dirty_mb_max",
+        "<= 48",
+        "MiB dirty + writeback of the run's files, every run (1.5 s of the limit)",
+    ),
+    g(
+        "write_cpu_ratio",
+        "<= 1.2",
+        "CPU paced / unpaced of the same round, median round",
+    ),
+    g(
+        "write_pacing_cpu_vs_fio",
+        "<= 1.2",
+        "pacing's CPU per piece, ours / fio's, median round (judged in the quiet state only)",
+    ),
+    g(
+        "write_pacing_cpu_vs_fio_shared",
+        "<= 1.2",
+        "as write_pacing_cpu_vs_fio for SharedEngine (quiet state only)",
+    ),
+    g(
+        "write_disk_peak_ratio_shared",
+        "<= 1.2",
+        "peak 100 ms device write rate / 32 MiB/s, SharedEngine, worst run",
+    ),
+    g(
+        "write_throughput_ratio_shared",
+        ">= 0.98",
+        "SharedEngine writer's achieved rate / limit, median round",
+    ),
+    g(
+        "write_stall_peak_ratio",
+        "<= 1.2",
+        "peak device write rate / limit under a 3 s filesystem freeze",
+    ),
+];
+
+const E2E: &[KeyGoal] = &[
+    g(
+        "e2e_rate_error_pct",
+        "<= 1",
+        "sustained against configured bytes/s, %",
+    ),
+    g(
+        "e2e_jain_mmf",
+        ">= 0.95",
+        "Jain's index of the default mix, max-min fair",
+    ),
+    g(
+        "e2e_failing_threads",
+        "<= 0",
+        "threads failing the kernel verdict",
+    ),
+    g(
+        "e2e_slots_delayed",
+        "<= 1 x e2e_slots_delayed_noparking",
+        "slots delayed with lease parking, against without (the goal: fewer)",
+    ),
+];
+
+const ADAPTIVE: &[KeyGoal] = &[
+    g(
+        "adapt_short_p99_ms_cpu",
+        "<= 0.5 x static_short_p99_ms_cpu",
+        "(a) short queries' p99 beside CPU-bound scans, adaptive against static (ADR 0008)",
+    ),
+    g(
+        "adapt_runq_share_pct_cpu",
+        "<= 15",
+        "(a) run-queue share of running leases, adaptive, % (ADR 0008)",
+    ),
+    g(
+        "adapt_work_per_s_cpu",
+        ">= 0.95 x static_work_per_s_cpu",
+        "(a) scan work per s, adaptive against static (ADR 0008)",
+    ),
+    gb(
+        "adapt_runq_share_pct_hog",
+        "<= 15",
+        "floor_runq_share_pct_hog",
+        "(b) run-queue share beside stress-ng in the same cgroup, % (ADR 0008: the floor is above it)",
+    ),
+];
+
+/// The goals of `suite` (none: an empty list).
+pub(crate) fn of(suite: &str) -> &'static [KeyGoal] {
+    GOALS
+        .iter()
+        .find(|(s, _)| *s == suite)
+        .map_or(&[], |(_, g)| g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench_goal::Goal;
+
+    #[test]
+    fn every_goal_parses_and_every_suite_and_key_is_known_once() {
+        for (i, (suite, keys)) in GOALS.iter().enumerate() {
+            assert!(
+                crate::suites::bench_suite(suite).is_some(),
+                "no suite {suite}"
+            );
+            assert!(
+                GOALS[i + 1..].iter().all(|(s, _)| s != suite),
+                "{suite} twice"
+            );
+            for (j, k) in keys.iter().enumerate() {
+                if let Some(e) = k.goal {
+                    Goal::parse(e).unwrap_or_else(|e| panic!("{suite}: {e}"));
+                }
+                assert!(!k.meaning.is_empty(), "{suite}.{}: no meaning", k.key);
+                assert!(
+                    keys[j + 1..].iter().all(|o| o.key != k.key),
+                    "{suite}.{} twice",
+                    k.key
+                );
+            }
+        }
+        assert!(of("nope").is_empty() && !of("verdict").is_empty());
+    }
+}
