@@ -334,7 +334,8 @@ pub(crate) fn run(root: &Path, suites: &[String], take_first: bool, check: bool)
             return Ok(());
         }
         for p in &bad {
-            eprintln!("{}: stale (run `cargo xtask bench-report`)", p.display());
+            let rel = p.strip_prefix(root).unwrap_or(p);
+            eprintln!("{}: stale (run `cargo xtask bench-report`)", rel.display());
         }
         bail!("{} benchmark report(s) differ from their data", bad.len());
     }

@@ -37,182 +37,62 @@ pub(crate) const DOCS: &[&str] = &[
 
 /// CamelCase names the docs use that are not ours: the standard library's,
 /// tokio's and the other crates', ClickHouse's.
+#[rustfmt::skip]
 pub(crate) const EXTERNAL_TYPES: &[&str] = &[
     // std.
-    "Send",
-    "Sync",
-    "Arc",
-    "Rc",
-    "Box",
-    "Vec",
-    "String",
-    "Option",
-    "Some",
-    "None",
-    "Result",
-    "Ok",
-    "Err",
-    "Mutex",
-    "RwLock",
-    "Condvar",
-    "Barrier",
-    "Cell",
-    "RefCell",
-    "Drop",
-    "Clone",
-    "Copy",
-    "Debug",
-    "Default",
-    "Display",
-    "Future",
-    "Pin",
-    "Poll",
-    "Waker",
-    "Context",
-    "Instant",
-    "Duration",
-    "SystemTime",
-    "File",
-    "OpenOptions",
-    "Range",
-    "Iterator",
-    "JoinHandle",
-    "AtomicU64",
-    "AtomicU32",
-    "AtomicUsize",
-    "AtomicBool",
-    "Ordering",
-    "Error",
-    "Path",
-    "PathBuf",
-    "Read",
-    "Write",
-    "Seek",
-    "Fn",
-    "FnMut",
-    "FnOnce",
-    "Sized",
-    "Unpin",
-    "Deref",
-    "From",
-    "Into",
-    "TryFrom",
-    "Hash",
-    "Eq",
-    "PartialEq",
-    "Ord",
-    "PartialOrd",
-    "Self",
+    "Send", "Sync", "Arc", "Rc", "Box", "Vec", "String", "Option", "Some", "None", "Result", "Ok",
+    "Err", "Mutex", "RwLock", "Condvar", "Barrier", "Cell", "RefCell", "Drop", "Clone", "Copy",
+    "Debug", "Default", "Display", "Future", "Pin", "Poll", "Waker", "Context", "Instant",
+    "Duration", "SystemTime", "File", "OpenOptions", "Range", "Iterator", "JoinHandle",
+    "AtomicU64", "AtomicU32", "AtomicUsize", "AtomicBool", "Ordering", "Error", "Path",
+    "PathBuf", "Read", "Write", "Seek", "Fn", "FnMut", "FnOnce", "Sized", "Unpin", "Deref",
+    "From", "Into", "TryFrom", "Hash", "Eq", "PartialEq", "Ord", "PartialOrd", "Self",
+    "Relaxed", "Acquire", "Release", "AcqRel", "SeqCst",
     // tokio and other crates.
-    "Semaphore",
-    "Notify",
-    "Runtime",
-    "Handle",
-    "TcpListener",
-    "TcpStream",
-    "AsyncRead",
-    "AsyncWrite",
-    "ReadBuf",
-    "LocalSet",
-    "Interest",
-    "AsyncFd",
-    "RateLimiter",
-    "Quota",
-    "Registry",
-    "Collector",
-    "IntCounter",
-    "Histogram",
-    "Parser",
-    "Subcommand",
-    "Serialize",
-    "Deserialize",
-    "Ebpf",
-    "Bpf",
-    "Btf",
-    "Skel",
-    "Link",
+    "Semaphore", "Notify", "Runtime", "Handle", "TcpListener", "TcpStream", "AsyncRead",
+    "AsyncWrite", "ReadBuf", "LocalSet", "Interest", "AsyncFd", "RateLimiter", "Quota",
+    "Registry", "Collector", "IntCounter", "Histogram", "Parser", "Subcommand", "Serialize",
+    "Deserialize", "Ebpf", "Bpf", "Btf", "Skel", "Link",
     // ClickHouse, which slotring's design follows.
-    "ClickHouse",
-    "ReadBufferFromFileDescriptor",
-    "IAsynchronousReader",
-    "ThreadPoolReader",
-    "ProfileEvents",
-    "CurrentMetrics",
-    "ProcessList",
-    "ConcurrencyControlRoundRobinScheduler",
-    "ConcurrencyControlFairRoundRobinScheduler",
+    "ClickHouse", "IThrottler", "ReadBufferFromFileDescriptor", "IAsynchronousReader",
+    "ThreadPoolReader", "ProfileEvents", "CurrentMetrics", "ProcessList",
+    "ConcurrencyControlRoundRobinScheduler", "ConcurrencyControlFairRoundRobinScheduler",
 ];
 
 /// `ALL_CAPS` prefixes of names that are the kernel's or libc's, not ours.
+#[rustfmt::skip]
 pub(crate) const EXTERNAL_CONST_PREFIXES: &[&str] = &[
-    "IORING_",
-    "RWF_",
-    "O_",
-    "CLOCK_",
-    "BPF_",
-    "POSIX_FADV_",
-    "SCHED_",
-    "CONFIG_",
-    "SYNC_FILE_RANGE",
-    "TASK_",
-    "CAP_",
-    "PR_",
-    "MAP_",
-    "PROT_",
-    "RLIMIT_",
-    "SO_",
-    "TCP_",
-    "AT_",
-    "EPOLL",
-    "CLONE_",
-    "EFD_",
-    "TFD_",
-    "PERF_",
-    "FAN_",
-    "SIG",
-    "MADV_",
-    "FALLOC_",
-    "IOPRIO_",
-    "SPLICE_F_",
+    "IORING_", "RWF_", "O_", "CLOCK_", "BPF_", "POSIX_FADV_", "SCHED_", "CONFIG_", "SYNC_FILE_RANGE",
+    "TASK_", "CAP_", "PR_", "MAP_", "PROT_", "RLIMIT_", "SO_", "TCP_", "AT_", "EPOLL", "CLONE_",
+    "EFD_", "TFD_", "PERF_", "FAN_", "SIG", "MADV_", "FALLOC_", "IOPRIO_", "SPLICE_F_",
 ];
 
 /// File name endings that make a span a file name.
+#[rustfmt::skip]
 const FILE_EXTENSIONS: &[&str] = &[
-    "rs", "md", "toml", "json", "c", "h", "service", "sh", "yml", "yaml", "lua", "lock", "o", "py",
-    "txt", "conf", "socket", "timer", "rules", "lds",
+    "rs", "md", "toml", "json", "c", "h", "service", "sh", "yml", "yaml", "lua", "lock", "o",
+    "py", "txt", "conf", "socket", "timer", "rules", "lds",
 ];
 
 /// Bare file names the docs use that are outputs, not files of the tree.
 const EXTERNAL_FILES: &[&str] = &["report.json", "vmlinux.h", "lib.rs", "main.rs", "mod.rs"];
 
 /// Crates the docs name that are not ours (the first segment of a path).
+#[rustfmt::skip]
 const EXTERNAL_CRATES: &[&str] = &[
-    "std",
-    "core",
-    "alloc",
-    "crate",
-    "self",
-    "super",
-    "tokio",
-    "libc",
-    "nix",
-    "aya",
-    "libbpf_rs",
-    "io_uring",
-    "serde",
-    "serde_json",
-    "prometheus",
-    "hyper",
-    "clap",
-    "governor",
-    "quanta",
-    "loom",
-    "proptest",
-    "anyhow",
-    "thiserror",
-    "arc_swap",
-    "portable_atomic",
-    "bytes",
+    "std", "core", "alloc", "crate", "self", "super", "tokio", "libc", "nix", "aya", "libbpf_rs",
+    "io_uring", "serde", "serde_json", "prometheus", "hyper", "clap", "governor", "quanta",
+    "loom", "proptest", "anyhow", "thiserror", "arc_swap", "portable_atomic", "bytes",
+    // Primitive types.
+    "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32", "i64", "i128", "isize", "f32",
+    "f64", "bool", "char", "str",
+];
+
+/// Paths the docs cite from the Linux source tree, not ours.
+#[rustfmt::skip]
+const KERNEL_PATH_PREFIXES: &[&str] = &[
+    "io_uring/", "kernel/", "fs/", "mm/", "block/", "include/linux/", "include/uapi/", "net/",
+    "drivers/", "arch/", "tools/",
 ];
 
 /// What the workspace holds that the docs may name.
@@ -226,8 +106,7 @@ pub(crate) struct Workspace {
     bases: Vec<PathBuf>,
     /// Every file's name.
     file_names: BTreeSet<String>,
-    /// Names of `pub` items, enum variants of `pub` enums, and every
-    /// `const`, `static` and `fn`.
+    /// Names of items, enum variants and struct fields.
     items: BTreeSet<String>,
     /// Every identifier-like word of the sources (Rust, C, shell, TOML).
     words: BTreeSet<String>,
@@ -249,15 +128,22 @@ fn is_camel(s: &str) -> bool {
         && s.chars().any(|c| c.is_ascii_lowercase())
 }
 
-/// The name a Rust source line defines, if it defines one that counts:
-/// `(name, is_pub_enum)`.
-fn defined_name(line: &str) -> Option<(&str, bool)> {
+/// What a Rust source line defines.
+#[derive(Debug, PartialEq)]
+enum Def<'a> {
+    /// An item (`struct`, `fn`, `const`, …), public or not: the docs map
+    /// the internals too.
+    Item(&'a str),
+    /// An enum, a struct or a union, whose variants or fields follow.
+    Body(&'a str),
+}
+
+/// The name `line` defines, if any.
+fn defined_name(line: &str) -> Option<Def<'_>> {
     const KINDS: &[&str] = &[
         "struct", "enum", "trait", "type", "fn", "const", "static", "mod", "union",
     ];
-    let t = line.trim_start();
-    let is_pub = t.starts_with("pub");
-    let ws: Vec<&str> = words(t).collect();
+    let ws: Vec<&str> = words(line.trim_start()).collect();
     for (i, w) in ws.iter().enumerate() {
         match *w {
             "pub" | "crate" | "super" | "in" | "self" | "async" | "unsafe" | "extern" | "C"
@@ -265,16 +151,35 @@ fn defined_name(line: &str) -> Option<(&str, bool)> {
             "const" if ws.get(i + 1) == Some(&"fn") => {}
             k if KINDS.contains(&k) => {
                 let name = ws.get(i + 1)?;
-                // Everything that is not `pub` counts only as a fn, a
-                // const or a static (trait methods and constants are not
-                // marked `pub`).
-                let counts = is_pub || matches!(k, "fn" | "const" | "static");
-                return counts.then_some((name, is_pub && k == "enum"));
+                return Some(match k {
+                    "enum" | "struct" | "union" => Def::Body(name),
+                    _ => Def::Item(name),
+                });
             }
             _ => return None,
         }
     }
     None
+}
+
+/// The variant or field a line of an enum's or a struct's body declares:
+/// `Name,`, `Name {`, `Name(`, `Name = 1,`, `[pub[(crate)]] name: Type,`.
+fn member(line: &str) -> Option<&str> {
+    let mut t = line.trim_start();
+    if let Some(r) = t.strip_prefix("pub") {
+        t = match r.strip_prefix('(') {
+            Some(vis) => vis.split_once(')').map_or(r, |(_, rest)| rest),
+            None => r,
+        }
+        .trim_start();
+    }
+    let name = t.split(|c: char| !is_ident_char(c)).next()?;
+    let rest = t[name.len()..].trim_start();
+    let variant = is_camel(name) && (rest.is_empty() || rest.starts_with([',', '{', '(', '=']));
+    let field = name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && rest.starts_with(':')
+        && !rest.starts_with("::");
+    (variant || field).then_some(name)
 }
 
 impl Workspace {
@@ -321,28 +226,33 @@ impl Workspace {
         Ok(ws)
     }
 
-    /// Add the items `text` (a Rust file) defines.
+    /// Add the items, variants and fields `text` (a Rust file) defines.
     fn add_rust(&mut self, text: &str) {
-        // Inside a `pub enum`: the brace depth its body is at.
-        let mut enum_depth: Option<i32> = None;
+        // Inside an enum's or a struct's body: the brace depth it is at.
+        let mut body_depth: Option<i32> = None;
         let mut depth = 0i32;
         for l in text.lines() {
             let t = l.trim_start();
             if t.starts_with("//") {
                 continue;
             }
-            if enum_depth == Some(depth) && !t.starts_with('#') {
-                let name = t.split(|c: char| !is_ident_char(c)).next().unwrap_or("");
-                let rest = t[name.len()..].trim_start();
-                if is_camel(name) && (rest.is_empty() || rest.starts_with([',', '{', '(', '='])) {
+            if body_depth == Some(depth)
+                && !t.starts_with('#')
+                && let Some(name) = member(t)
+            {
+                self.items.insert(name.to_owned());
+            }
+            match defined_name(t) {
+                Some(Def::Item(name)) => {
                     self.items.insert(name.to_owned());
                 }
-            }
-            if let Some((name, is_pub_enum)) = defined_name(t) {
-                self.items.insert(name.to_owned());
-                if is_pub_enum {
-                    enum_depth = Some(depth + 1);
+                Some(Def::Body(name)) => {
+                    self.items.insert(name.to_owned());
+                    if t.trim_end().ends_with('{') {
+                        body_depth = Some(depth + 1);
+                    }
                 }
+                None => {}
             }
             if let Some(i) = t.find("macro_rules!")
                 && let Some(n) = words(&t[i + "macro_rules!".len()..]).next()
@@ -350,10 +260,22 @@ impl Workspace {
                 self.items.insert(n.to_owned());
             }
             depth += t.matches('{').count() as i32 - t.matches('}').count() as i32;
-            if enum_depth.is_some_and(|d| depth < d) {
-                enum_depth = None;
+            if body_depth.is_some_and(|d| depth < d) {
+                body_depth = None;
             }
         }
+    }
+
+    /// Whether the sources use `name` (a `slotring_…` name: a BPF map, a
+    /// metric), or, for a counter's metric (`<prefix>_<name>_total`, the
+    /// name joined at run time), a name of two or more words it ends with.
+    fn names_metric(&self, name: &str) -> bool {
+        if self.words.contains(name) {
+            return true;
+        }
+        let base = name.strip_suffix("_total").unwrap_or(name);
+        let parts: Vec<&str> = base.split('_').collect();
+        (1..parts.len().saturating_sub(1)).any(|i| self.words.contains(&parts[i..].join("_")))
     }
 
     /// Whether `rel` (a path a document names) exists from one of the
@@ -471,7 +393,8 @@ pub(crate) fn classify(token: &str) -> Check {
     let ext = t.rsplit_once('.').map(|(_, e)| e);
     let has_ext = ext.is_some_and(|e| FILE_EXTENSIONS.contains(&e));
     if t.contains('/') {
-        return if t.starts_with("target/") {
+        return if t.starts_with("target/") || KERNEL_PATH_PREFIXES.iter().any(|p| t.starts_with(p))
+        {
             Check::Skip
         } else {
             Check::Path(t.to_owned())
@@ -522,7 +445,7 @@ fn missing(ws: &Workspace, check: &Check, doc_dir: &Path) -> Option<String> {
             .then(|| "no file of that name in the tree".to_owned()),
         Check::Crate(c) => {
             let dashed = c.replace('_', "-");
-            let ok = ws.crates.contains(&dashed) || (c.contains('_') && ws.words.contains(c));
+            let ok = ws.crates.contains(&dashed) || (c.contains('_') && ws.names_metric(c));
             (!ok).then(|| "no workspace crate (or name in the sources) of that name".to_owned())
         }
         Check::Item(segs) => {
@@ -639,11 +562,11 @@ pub(crate) fn counts(line: &str) -> Vec<String> {
             let rest = after.trim_start_matches(' ');
             if rest.len() < after.len() {
                 for noun in NOUNS {
-                    let end_ok = rest[noun.len().min(rest.len())..]
-                        .chars()
-                        .next()
-                        .is_none_or(|c| !c.is_ascii_alphanumeric());
-                    if rest.starts_with(noun) && end_ok {
+                    let end_ok =
+                        |r: &str| r.chars().next().is_none_or(|c| !c.is_ascii_alphanumeric());
+                    if let Some(r) = rest.strip_prefix(noun)
+                        && end_ok(r)
+                    {
                         out.push(format!("{} {noun}", &l[i..i + digits]));
                         break;
                     }

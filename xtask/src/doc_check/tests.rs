@@ -26,6 +26,10 @@ pub enum Lifecycle {
 enum Private {
     Hidden,
 }
+pub(crate) struct Policy {
+    pub writeback_depth: u32,
+    inner: std::num::NonZeroU32,
+}
 impl Throttler {
     pub fn reserve(&self) {}
 }
@@ -49,6 +53,7 @@ fn what_exists_is_accepted() {
     let doc = "# Demo\n\n\
         `slotring-demo` and `slotring_demo::Throttler` and `Throttler::reserve`,\n\
         `Lifecycle::Pacing`, `Lifecycle::Held`, `Lifecycle::Synced`, `PACE_SLACK_NS`,\n\
+        `Private::Hidden`, `Policy::writeback_depth`, `Policy::inner`, `u64::MAX`,\n\
         `userspace/slotring-demo/src/lib.rs`, `src/lib.rs:12`, `lib.rs`, `docs/`,\n\
         `slotring_bytes_total`, [the guide](docs/guide.md#top), [site](https://x.invalid).\n\
         Skipped: `cargo xtask ci`, `--flag`, `a = b`, `/proc/self/io`, `RWF_NOWAIT`,\n\
@@ -63,7 +68,7 @@ fn a_missing_path_type_crate_constant_and_link_are_rejected() {
     let root = fixture("bad");
     let doc = "# Demo\n\n\
         `userspace/slotring-demo/src/gone.rs` and `gone.rs`\n\
-        `Vanished` and `Throttler::vanish` and `Hidden`\n\
+        `Vanished` and `Throttler::vanish` and `Lifecycle::Gone`\n\
         `slotring-nope` and `slotring_nope::Throttler` and `slotring_nope`\n\
         `NOT_A_CONST` and [gone](docs/gone.md)\n";
     let got = failures(&root, doc);
@@ -72,7 +77,7 @@ fn a_missing_path_type_crate_constant_and_link_are_rejected() {
         "README.md:3: `gone.rs`: no file of that name in the tree",
         "README.md:4: `Vanished`: no item `Vanished` defined in the workspace",
         "README.md:4: `Throttler::vanish`: no item `vanish` defined in the workspace",
-        "README.md:4: `Hidden`: no item `Hidden` defined in the workspace",
+        "README.md:4: `Lifecycle::Gone`: no item `Gone` defined in the workspace",
         "README.md:5: `slotring-nope`: no workspace crate (or name in the sources) of that name",
         "README.md:5: `slotring_nope::Throttler`: no workspace crate `slotring-nope`",
         "README.md:5: `slotring_nope`: no workspace crate (or name in the sources) of that name",
@@ -91,6 +96,7 @@ fn counts_are_rejected_wherever_they_are_written() {
     );
     assert_eq!(counts("has 3  variants."), ["3 variants"]);
     assert!(counts("x2 states, 5 testsuites, states 3, v6 tests").is_empty());
+    assert_eq!(counts("1.9–2.9 ms, 4 états, 2 tests–"), ["2 tests"]);
     let root = fixture("counts");
     assert_eq!(
         failures(&root, "a\n\nIt runs 40 tests.\n"),
