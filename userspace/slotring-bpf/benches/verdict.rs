@@ -48,7 +48,7 @@
 //!
 //! Calibration: `SLOTRING_VERDICT_RULE=pre_us,between_pct,post_us,post_pct`
 //! runs the matrix under another [`EpisodeRule`] than the default (how the
-//! constants in `verify.rs` were chosen). The hot episodes of honest
+//! constants in `verify/rule.rs` were chosen). The hot episodes of honest
 //! sleepers are printed with their figures.
 
 use std::process::{Child, Command, Stdio};

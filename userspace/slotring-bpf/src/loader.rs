@@ -167,7 +167,7 @@ pub struct BpfConfig {
     /// (default `true`; `false` sends every thread through `thread_index`).
     pub direct_index: bool,
     /// The rule the programs judge each parked episode by (default
-    /// [`EpisodeRule::default_rule`], the constants of `verify.rs`).
+    /// [`EpisodeRule::default_rule`], the constants of `verify/rule.rs`).
     pub episode_rule: EpisodeRule,
 }
 

@@ -1,7 +1,7 @@
 //! The verdict against the real kernel (run as root): spinners fail in
 //! every position, honest sleepers pass at every wait length, every park is
 //! one episode, and bad input never passes. The rule is the default one
-//! (`verify.rs`); the waits are `shapes/mod.rs`.
+//! (`src/verify/rule.rs`); the waits are `shapes/mod.rs`.
 
 use std::time::Duration;
 

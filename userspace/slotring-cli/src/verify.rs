@@ -2,7 +2,7 @@
 //! threads over a window, from two readings of its pinned maps.
 //!
 //! The rule is the one `SlotringBpf::verify` applies (`slotring_bpf`'s
-//! `verify.rs`): the programs judge every parked episode by the
+//! `verify` module): the programs judge every parked episode by the
 //! `episode_rule` map of the instance (its on-CPU time before the first
 //! sleep, between sleeps and after the last wake-up, each with its own
 //! bound), and a thread fails when more of its episodes in the window were

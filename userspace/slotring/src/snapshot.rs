@@ -23,7 +23,7 @@ pub const HIST_BUCKETS: usize = 40;
 
 /// The segments of a parked episode, as the `segment` label names them:
 /// on CPU before its first real sleep, between its sleeps, after its last
-/// wake-up (the model is in `slotring_bpf`'s `verify.rs`).
+/// wake-up (the model is in `slotring_bpf`'s `verify` module).
 pub const SEGMENTS: [&str; 3] = ["pre_sleep", "between_sleeps", "post_wake"];
 
 /// One named throttler's counters.

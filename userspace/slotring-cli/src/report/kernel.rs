@@ -54,7 +54,7 @@ pub struct KernelReport {
 }
 
 /// The per-episode rule and the per-thread tolerance, with the names of
-/// the constants they come from (`slotring_bpf`'s `verify.rs`).
+/// the constants they come from (`slotring_bpf`'s `verify/rule.rs`).
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
 pub struct RuleReport {
     /// Bound on the on-CPU time before an episode's first sleep, µs
