@@ -43,6 +43,7 @@ mod counters;
 mod error;
 mod fair_gate;
 mod fair_queue;
+mod hold;
 mod park;
 mod sync;
 mod tenant;
@@ -61,6 +62,7 @@ pub use clock::{ClampState, Clock, ClockSource, MonotonicClock, sleep_abs_monoto
 pub use counters::ThrottleCounters;
 pub use error::ThrottleError;
 pub use fair_queue::{DEFAULT_TAU, FairQueue, MAX_TAU, QueueDispatch, QueueTicket};
+pub use hold::InFlightHold;
 pub use park::{
     LeaseHook, LeaseObserver, LeaseParked, LeaseState, install_lease_hook, install_lease_observer,
     lease_hook_installed, notify_lease_state, park_current_lease,

@@ -118,6 +118,7 @@ mod priority_policy;
 mod scheduler;
 mod spec;
 mod swap;
+mod throttle_seam;
 
 use std::ops::RangeInclusive;
 use std::time::Duration;

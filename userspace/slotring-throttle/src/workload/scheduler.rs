@@ -111,7 +111,7 @@ struct State {
 }
 
 #[derive(Debug)]
-struct Shared {
+pub(super) struct Shared {
     clock: Arc<dyn Clock>,
     clamp: Option<ClampState>,
     tau_ns: u64,
@@ -119,7 +119,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn now(&self) -> u64 {
+    pub(super) fn now(&self) -> u64 {
         let t = self.clock.now_ns();
         match &self.clamp {
             Some(c) => c.clamp(t),
@@ -388,19 +388,19 @@ impl WorkloadScheduler {
 }
 
 #[derive(Debug)]
-struct LeafInner {
-    sched: Arc<Shared>,
-    node: Arc<NodeShared>,
+pub(super) struct LeafInner {
+    pub(super) sched: Arc<Shared>,
+    pub(super) node: Arc<NodeShared>,
     /// The leaf first, the root last (fixed: a live change never moves a
     /// workload).
-    path: Box<[Arc<NodeShared>]>,
+    pub(super) path: Box<[Arc<NodeShared>]>,
 }
 
 /// A leaf workload of a [`WorkloadScheduler`]: where its requests enter.
 /// Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Workload {
-    inner: Arc<LeafInner>,
+    pub(super) inner: Arc<LeafInner>,
 }
 
 impl Workload {
@@ -838,6 +838,11 @@ impl Permit<'_> {
     /// Whether the request queued for its turn.
     pub fn waited(&self) -> bool {
         self.waited
+    }
+
+    /// Whether it holds in-flight places (some node of its path limits them).
+    pub fn holds_places(&self) -> bool {
+        !matches!(self.hold, Hold::Nothing)
     }
 
     /// The request completed: give its in-flight places back (as dropping
