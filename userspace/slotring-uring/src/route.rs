@@ -57,7 +57,9 @@
 //!    (`ring_core/collect.rs`).
 //!
 //! **[`Route::TenantRing`]** — a read with a throttle through a
-//! `LocalEngine` or `SharedEngine` handle that carries a tenant:
+//! `LocalEngine` or `SharedEngine` handle that carries a tenant (unless
+//! the throttle takes turns, a workload: its turn is the ring's,
+//! `ring_core/turns.rs`, in [`Route::Ring`]):
 //!
 //! 1. `RingCore::prebook_source` (`ring_core/reads.rs`): a probe asks
 //!    `cachestat` instead.
@@ -206,7 +208,7 @@ pub(crate) fn route(
         Route::Pread(plan)
     } else if offer.paced_thread && plan.paced() && len <= MAX_IO {
         Route::PacedThread(plan)
-    } else if offer.tenant && op == Op::Read && throttle.is_some() {
+    } else if offer.tenant && op == Op::Read && throttle.is_some_and(|t| !t.takes_turns()) {
         Route::TenantRing(plan)
     } else {
         Route::Ring(plan)
