@@ -74,8 +74,8 @@ pub use wait::{BlockingWait, WaitStrategy, default_wait, install_default_wait};
 pub use workload::{
     DEFAULT_TAU as WORKLOAD_DEFAULT_TAU, MAX_DEPTH as WORKLOAD_MAX_DEPTH,
     MAX_WEIGHT as WORKLOAD_MAX_WEIGHT, PRIORITIES as WORKLOAD_PRIORITIES, Permit, Request,
-    Resource, Workload, WorkloadError, WorkloadScheduler, WorkloadSchedulerBuilder, WorkloadSpec,
-    WorkloadTree,
+    Resource, Workload, WorkloadCounters, WorkloadError, WorkloadScheduler,
+    WorkloadSchedulerBuilder, WorkloadSpec, WorkloadTree,
 };
 
 /// Nano-tokens per token: [`Throttler::tokens_nano`] is in these units.

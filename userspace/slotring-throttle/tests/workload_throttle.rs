@@ -87,6 +87,20 @@ fn the_hold_keeps_the_place_until_it_drops_and_hands_it_to_the_queued_turn() {
         Some(tok(800)),
         "both charged their bytes"
     );
+    let c = s.counters_of("all").unwrap();
+    assert_eq!((c.bytes, c.requests, c.queued), (200, 2, 0));
+    assert_eq!(c.peak_in_flight_requests, 1, "never above max_io_requests");
+    assert_eq!(
+        c.wait_histogram.iter().sum::<u64>(),
+        2,
+        "one wait per grant"
+    );
+    assert_eq!(
+        s.counters_of("background").unwrap().requests,
+        0,
+        "a sibling is not charged"
+    );
+    assert_eq!(s.counters().len(), 3, "one entry per workload");
 }
 
 #[test]
@@ -107,6 +121,7 @@ fn page_cache_bytes_charge_nothing_and_a_refund_reaches_every_cap() {
     assert_eq!(s.cap_tokens_nano("all").unwrap(), Some(tok(700)));
     assert_eq!(s.cap_tokens_nano("background").unwrap(), Some(tok(200)));
     bg.refund_page_cache_read(200);
+    assert_eq!(s.counters_of("all").unwrap().refunded_bytes, 200);
     assert_eq!(s.cap_tokens_nano("all").unwrap(), Some(tok(900)));
     assert_eq!(s.cap_tokens_nano("background").unwrap(), Some(tok(400)));
     bg.refund_page_cache_read(10_000);

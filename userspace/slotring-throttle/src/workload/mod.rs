@@ -109,6 +109,7 @@
 
 mod cap;
 mod core;
+mod counters;
 mod error;
 mod fair_policy;
 mod inflight;
@@ -123,6 +124,7 @@ mod throttle_seam;
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
+pub use counters::{WAIT_BUCKETS, WorkloadCounters, wait_bucket_bound};
 pub use error::WorkloadError;
 pub use scheduler::{Permit, Request, Workload, WorkloadScheduler, WorkloadSchedulerBuilder};
 pub use spec::{WorkloadSpec, WorkloadTree};

@@ -160,6 +160,7 @@ impl Workload {
         let now = inner.sched.now();
         for n in inner.path.iter() {
             n.bytes.refund(amount, now);
+            n.counters.refunded(amount);
         }
     }
 }
