@@ -342,7 +342,8 @@ impl ThreadIo<'_> {
         let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
         // Charged before its `pwrite`: a paced piece, and every piece for a
         // throttle whose turn may wait for completions (a workload).
-        let before = paced || throttle.is_some_and(|t| t.takes_turns());
+        let turns = throttle.is_some_and(|t| t.takes_turns());
+        let before = paced || turns;
         // The in-flight places of each piece charged before its `pwrite`
         // (by its end), kept until the device has it (paced) or the
         // `pwrite` returned.
@@ -370,6 +371,12 @@ impl ThreadIo<'_> {
             // `pwrite` (as a read is), or paced before its room, eight
             // writers put up to half as much again as the limit into a
             // 100 ms window after a stall of the device.
+            if before && turns && landed < done {
+                // A turn may wait for in-flight places this thread's own
+                // pieces hold, which only it completes: land them first.
+                landed = self.land(fd, offset, (landed, done), &mut started, &mut cap);
+                holds.clear();
+            }
             if before {
                 let hold = Self::book(throttle, max_block, pc, disk)
                     .and_then(|(delay, hold)| self.sleep_unless_cancelled(delay).map(|()| hold))

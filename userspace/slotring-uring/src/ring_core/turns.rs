@@ -19,8 +19,8 @@
 //! The places the turn gave ([`InFlightHold`]) are the request's, kept in
 //! its state with the buffer: a read's (or an unpaced write's) until its
 //! last CQE, a paced piece's until its writeback's CQE (so one request
-//! holds at most `writeback_depth` places, and its next piece's turn never
-//! waits for its own). A request whose owner is gone keeps them until its
+//! holds at most `writeback_depth` places; a next piece's turn may wait
+//! for the writebacks of its own, which the ring reaps). A request whose owner is gone keeps them until its
 //! last CQE, like its buffer: an operation in flight is the ring's until
 //! then. A request cancelled while queued drops its turn there, which
 //! hands it on and charges nothing.
