@@ -228,6 +228,14 @@ fn local_engine_reads_and_paced_writes_through_the_tree() {
     });
 }
 
+fn multi_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 fn shared(paced_writes: PacedWrites) -> SharedEngine {
     SharedEngine::new(&SharedConfig {
         rings: 2,
@@ -242,12 +250,7 @@ fn shared_engine_reads_and_blocking_pool_paced_writes_through_the_tree() {
     if !uring_or_skip() {
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    multi_thread().block_on(async {
         let e = shared(PacedWrites::default());
         async_run!(e, tokio::spawn, "SharedEngine (blocking pool)");
     });
@@ -258,12 +261,7 @@ fn shared_engine_reads_and_ring_paced_writes_through_the_tree() {
     if !uring_or_skip() {
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    multi_thread().block_on(async {
         let e = shared(PacedWrites::Ring);
         async_run!(e, tokio::spawn, "SharedEngine (ring)");
     });
