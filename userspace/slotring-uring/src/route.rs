@@ -42,7 +42,10 @@
 //! 2. `RingCore::submit` (`ring_core/mod.rs`): a paced write takes its
 //!    caps; then, by the plan's [`Charge`]:
 //!    * device: `RingCore::charge_then_io` books the chain
-//!      ([`policy::book`]) and queues one timeout SQE linked to the IO (the
+//!      ([`policy::book`]; on a throttle that takes turns, a workload, it
+//!      polls its turn instead, `ring_core/turns.rs`, and keeps the
+//!      in-flight hold until the last CQE) and queues one timeout SQE
+//!      linked to the IO (the
 //!      blocking front end stages it, to park its CPU lease);
 //!    * page cache: `RingCore::known_hit_io` (`ring_core/reads.rs`),
 //!      charged when the IO completes;
