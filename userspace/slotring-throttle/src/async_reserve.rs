@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::error::ThrottleError;
 use crate::fair_gate::Waiter;
+use crate::hold::InFlightHold;
 use crate::tenant::Tenant;
 use crate::throttle::{Reservation, Source, Throttle};
 
@@ -38,6 +39,11 @@ pub struct AsyncReserve {
     /// When the current level was first polled (its clock).
     pub(crate) call_ns: Option<u64>,
     pub(crate) retry_in_ns: Option<u64>,
+    /// A [`Workload`](crate::Workload) level's queued request (dropping it
+    /// hands its turn on and charges nothing).
+    pub(crate) request: Option<crate::workload::Request>,
+    /// The in-flight places the levels gave (see [`AsyncReserve::take_hold`]).
+    pub(crate) hold: InFlightHold,
 }
 
 impl AsyncReserve {
@@ -66,6 +72,8 @@ impl AsyncReserve {
             waiter: Waiter::default(),
             call_ns: None,
             retry_in_ns: None,
+            request: None,
+            hold: InFlightHold::none(),
         }
     }
 
@@ -87,6 +95,13 @@ impl AsyncReserve {
     /// (nothing wakes it). `None`: it is woken when it may go.
     pub fn retry_after(&self) -> Option<Duration> {
         self.retry_in_ns.map(Duration::from_nanos)
+    }
+
+    /// Once ready: the in-flight places the request holds until its IO
+    /// completes ([`Throttle::reserve_held`]'s hold); empty before, and
+    /// after it was taken.
+    pub fn take_hold(&mut self) -> InFlightHold {
+        std::mem::take(&mut self.hold)
     }
 
     /// The tenant.

@@ -6,6 +6,11 @@ use nix::errno::Errno;
 /// What can go wrong when charging or waiting on a throttler.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ThrottleError {
+    /// A [`Workload`](crate::Workload) refused the request (removed, not a
+    /// leaf, or a cap's arithmetic out of range): the workload's error,
+    /// naming it and the value.
+    #[error(transparent)]
+    Workload(#[from] crate::WorkloadError),
     /// The lifetime `limit` was exceeded. The tokens were already charged, as
     /// in ClickHouse, so the bucket stays consistent. The lifetime count
     /// saturates at `u64::MAX`; a saturated count exceeds every limit, so

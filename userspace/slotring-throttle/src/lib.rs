@@ -43,6 +43,7 @@ mod counters;
 mod error;
 mod fair_gate;
 mod fair_queue;
+mod hold;
 mod park;
 mod sync;
 mod tenant;
@@ -61,6 +62,7 @@ pub use clock::{ClampState, Clock, ClockSource, MonotonicClock, sleep_abs_monoto
 pub use counters::ThrottleCounters;
 pub use error::ThrottleError;
 pub use fair_queue::{DEFAULT_TAU, FairQueue, MAX_TAU, QueueDispatch, QueueTicket};
+pub use hold::InFlightHold;
 pub use park::{
     LeaseHook, LeaseObserver, LeaseParked, LeaseState, install_lease_hook, install_lease_observer,
     lease_hook_installed, notify_lease_state, park_current_lease,
@@ -72,8 +74,8 @@ pub use wait::{BlockingWait, WaitStrategy, default_wait, install_default_wait};
 pub use workload::{
     DEFAULT_TAU as WORKLOAD_DEFAULT_TAU, MAX_DEPTH as WORKLOAD_MAX_DEPTH,
     MAX_WEIGHT as WORKLOAD_MAX_WEIGHT, PRIORITIES as WORKLOAD_PRIORITIES, Permit, Request,
-    Resource, Workload, WorkloadError, WorkloadScheduler, WorkloadSchedulerBuilder, WorkloadSpec,
-    WorkloadTree,
+    Resource, Workload, WorkloadCounters, WorkloadError, WorkloadScheduler,
+    WorkloadSchedulerBuilder, WorkloadSpec, WorkloadTree,
 };
 
 /// Nano-tokens per token: [`Throttler::tokens_nano`] is in these units.

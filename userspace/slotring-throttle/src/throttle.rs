@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::async_reserve::AsyncReserve;
 use crate::error::ThrottleError;
+use crate::hold::InFlightHold;
 use crate::throttler::Throttler;
 
 /// "Block as long as the deficit requires" (ClickHouse's `unlimited_block_ns`).
@@ -97,6 +98,32 @@ pub trait Throttle: Send + Sync + Debug {
     /// everything (a custom throttle that does not distinguish sources).
     fn refund_page_cache_read(&self, amount: u64) {
         let _ = amount;
+    }
+
+    /// Whether a request's turn here may wait for another request's
+    /// *completion* (an in-flight limit), not only for time or for other
+    /// requests' turns. An IO engine then never blocks a thread that reaps
+    /// completions in [`Throttle::reserve`]: it polls the turn
+    /// ([`AsyncReserve`]) and keeps the [`InFlightHold`] it gives with the
+    /// operation until its last completion. A
+    /// [`Workload`](crate::Workload) does; the default does not.
+    fn takes_turns(&self) -> bool {
+        false
+    }
+
+    /// [`Throttle::reserve`], keeping what the request holds until its IO
+    /// completes: the in-flight places of a throttle that limits them (a
+    /// [`Workload`](crate::Workload)), given back when the returned hold
+    /// drops. The default holds nothing.
+    fn reserve_held(
+        &self,
+        amount: u64,
+        max_block: Duration,
+        after_ns: u64,
+        source: Source,
+    ) -> Result<(Reservation, InFlightHold), ThrottleError> {
+        let r = self.reserve(amount, max_block, after_ns, source)?;
+        Ok((r, InFlightHold::none()))
     }
 
     /// [`Throttle::reserve`] without blocking, as the tenant `op` carries

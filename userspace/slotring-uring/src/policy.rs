@@ -54,7 +54,7 @@ use std::io;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use slotring_throttle::{NANO_PER_TOKEN, Source, ThrottleError, ThrottlePtr};
+use slotring_throttle::{InFlightHold, NANO_PER_TOKEN, Source, ThrottleError, ThrottlePtr};
 
 use crate::file::{NowaitMode, UringFile};
 use crate::sys::CacheStat;
@@ -317,9 +317,26 @@ pub(crate) fn book(
     max_block: Duration,
     after_ns: u64,
 ) -> Result<u64, ThrottleError> {
+    Ok(book_held(throttle, amount, source, max_block, after_ns)?.0)
+}
+
+/// [`book`], with the in-flight places the booking gave (a workload's:
+/// [`Throttle::reserve_held`]), to keep until the IO completes.
+///
+/// [`Throttle::reserve_held`]: slotring_throttle::Throttle::reserve_held
+pub(crate) fn book_held(
+    throttle: Option<&ThrottlePtr>,
+    amount: u64,
+    source: Source,
+    max_block: Duration,
+    after_ns: u64,
+) -> Result<(u64, InFlightHold), ThrottleError> {
     match throttle {
-        Some(t) if amount > 0 => Ok(t.reserve(amount, max_block, after_ns, source)?.delay_ns),
-        _ => Ok(after_ns),
+        Some(t) if amount > 0 => {
+            let (r, hold) = t.reserve_held(amount, max_block, after_ns, source)?;
+            Ok((r.delay_ns, hold))
+        }
+        _ => Ok((after_ns, InFlightHold::none())),
     }
 }
 

@@ -42,7 +42,10 @@
 //! 2. `RingCore::submit` (`ring_core/mod.rs`): a paced write takes its
 //!    caps; then, by the plan's [`Charge`]:
 //!    * device: `RingCore::charge_then_io` books the chain
-//!      ([`policy::book`]) and queues one timeout SQE linked to the IO (the
+//!      ([`policy::book`]; on a throttle that takes turns, a workload, it
+//!      polls its turn instead, `ring_core/turns.rs`, and keeps the
+//!      in-flight hold until the last CQE) and queues one timeout SQE
+//!      linked to the IO (the
 //!      blocking front end stages it, to park its CPU lease);
 //!    * page cache: `RingCore::known_hit_io` (`ring_core/reads.rs`),
 //!      charged when the IO completes;
@@ -57,7 +60,9 @@
 //!    (`ring_core/collect.rs`).
 //!
 //! **[`Route::TenantRing`]** — a read with a throttle through a
-//! `LocalEngine` or `SharedEngine` handle that carries a tenant:
+//! `LocalEngine` or `SharedEngine` handle that carries a tenant (unless
+//! the throttle takes turns, a workload: its turn is the ring's,
+//! `ring_core/turns.rs`, in [`Route::Ring`]):
 //!
 //! 1. `RingCore::prebook_source` (`ring_core/reads.rs`): a probe asks
 //!    `cachestat` instead.
@@ -206,7 +211,7 @@ pub(crate) fn route(
         Route::Pread(plan)
     } else if offer.paced_thread && plan.paced() && len <= MAX_IO {
         Route::PacedThread(plan)
-    } else if offer.tenant && op == Op::Read && throttle.is_some() {
+    } else if offer.tenant && op == Op::Read && throttle.is_some_and(|t| !t.takes_turns()) {
         Route::TenantRing(plan)
     } else {
         Route::Ring(plan)

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Wake, Waker};
 use std::time::Duration;
 
-use slotring_throttle::{Source, ThrottlePtr, park_current_lease, sleep_abs_monotonic};
+use slotring_throttle::{
+    InFlightHold, Source, ThrottlePtr, park_current_lease, sleep_abs_monotonic,
+};
 
 use crate::counters::UringCounters;
 use crate::engine::CANCEL_POLL;
@@ -184,14 +186,36 @@ impl ThreadIo<'_> {
             Served::CachedPrefix(n) => n,
             Served::Memory => 0,
         };
+        // A throttle whose turn may wait for completions (a workload) is
+        // charged the rest before it is read, and holds its places over
+        // the read; bytes it was charged past the end go back.
+        let turn =
+            throttle.filter(|t| t.takes_turns() && matches!(served, Served::CachedPrefix(_)));
+        let ahead = match turn {
+            Some(_) => ((len - from_cache) as u64)
+                .min(file.size_hint().saturating_sub(offset + from_cache as u64)),
+            None => 0,
+        };
+        let hold = if ahead > 0 {
+            let (delay, hold) = policy::book_held(turn, ahead, Source::Device, max_block, 0)?;
+            self.sleep(delay)?;
+            hold
+        } else {
+            InFlightHold::none()
+        };
         // The rest without NOWAIT, until full or EOF.
         let done = self.transfer(Op::Read, offset, len, from_cache, |sys, done| {
             sys.preadv2(fd, &mut buf[done..], offset + done as u64, 0)
         })?;
-        let (pc, disk) = match served {
+        hold.release();
+        let (pc, mut disk) = match served {
             Served::Memory => (done, 0),
             Served::CachedPrefix(n) => (n, done - n),
         };
+        if let Some(t) = turn {
+            t.refund_page_cache_read(ahead.saturating_sub(disk as u64));
+            disk = 0;
+        }
         if pc > 0 {
             self.counters.page_cache_hits += 1;
             self.counters.page_cache_bytes += pc as u64;
@@ -211,20 +235,20 @@ impl ThreadIo<'_> {
         pc: u64,
         disk: u64,
     ) -> Result<(), UringError> {
-        let delay = Self::book(throttle, max_block, pc, disk)?;
+        let (delay, _) = Self::book(throttle, max_block, pc, disk)?;
         self.sleep(delay)
     }
 
     /// Book `pc` page-cache bytes, then `disk` device bytes after them; the
-    /// total delay (ns).
+    /// total delay (ns) and the in-flight places the device bytes hold.
     fn book(
         throttle: Option<&ThrottlePtr>,
         max_block: Duration,
         pc: u64,
         disk: u64,
-    ) -> Result<u64, UringError> {
+    ) -> Result<(u64, InFlightHold), UringError> {
         let delay = policy::book(throttle, pc, Source::PageCache, max_block, 0)?;
-        Ok(policy::book(
+        Ok(policy::book_held(
             throttle,
             disk,
             Source::Device,
@@ -316,6 +340,14 @@ impl ThreadIo<'_> {
             CapHold::default()
         };
         let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+        // Charged before its `pwrite`: a paced piece, and every piece for a
+        // throttle whose turn may wait for completions (a workload).
+        let turns = throttle.is_some_and(|t| t.takes_turns());
+        let before = paced || turns;
+        // The in-flight places of each piece charged before its `pwrite`
+        // (by its end), kept until the device has it (paced) or the
+        // `pwrite` returned.
+        let mut holds: VecDeque<(usize, InFlightHold)> = VecDeque::new();
         // Paced: the request's bytes before this offset are on the device.
         let mut landed = 0;
         // Paced: (end, start time) of each piece whose writeback was
@@ -339,10 +371,17 @@ impl ThreadIo<'_> {
             // `pwrite` (as a read is), or paced before its room, eight
             // writers put up to half as much again as the limit into a
             // 100 ms window after a stall of the device.
-            if paced {
-                Self::book(throttle, max_block, pc, disk)
-                    .and_then(|delay| self.sleep_unless_cancelled(delay))
+            if before && turns && landed < done {
+                // A turn may wait for in-flight places this thread's own
+                // pieces hold, which only it completes: land them first.
+                landed = self.land(fd, offset, (landed, done), &mut started, &mut cap);
+                holds.clear();
+            }
+            if before {
+                let hold = Self::book(throttle, max_block, pc, disk)
+                    .and_then(|(delay, hold)| self.sleep_unless_cancelled(delay).map(|()| hold))
                     .map_err(|e| self.wrote_before(done, e))?;
+                holds.push_back((end, hold));
                 self.stop_if_cancelled(fd, offset, (landed, done, 0), &mut started, &mut cap)?;
             }
             while !cap.try_acquire((end - done) as u64, &waker) {
@@ -350,6 +389,9 @@ impl ThreadIo<'_> {
                 if landed < done {
                     // Our own pieces hold room: complete them first.
                     landed = self.land(fd, offset, (landed, done), &mut started, &mut cap);
+                    while holds.front().is_some_and(|&(e, _)| e <= landed) {
+                        holds.pop_front();
+                    }
                     continue;
                 }
                 // Another request's writeback completes and wakes us
@@ -427,9 +469,14 @@ impl ThreadIo<'_> {
                 };
                 let upto = end.saturating_sub(keep).max(landed);
                 landed = self.land(fd, offset, (landed, upto), &mut started, &mut cap);
+            } else {
+                landed = end;
+            }
+            while holds.front().is_some_and(|&(e, _)| e <= landed) {
+                holds.pop_front();
             }
             done = end;
-            if !paced {
+            if !before {
                 self.charge(throttle, max_block, pc, disk)
                     .map_err(|e| self.wrote_before(done, e))?;
             }

@@ -62,6 +62,8 @@ impl Places {
 struct Counts {
     reqs: AtomicU64,
     bytes: AtomicU64,
+    /// The most `reqs` ever held (a statistic, relaxed).
+    peak_reqs: AtomicU64,
 }
 
 /// See the module docs.
@@ -78,6 +80,7 @@ impl InFlight {
             counts: Counts {
                 reqs: AtomicU64::new(0),
                 bytes: AtomicU64::new(0),
+                peak_reqs: AtomicU64::new(0),
             },
             max_reqs: AtomicU64::new(max_reqs.unwrap_or(NONE)),
             max_bytes: AtomicU64::new(max_bytes.unwrap_or(NONE)),
@@ -107,12 +110,16 @@ impl InFlight {
         let max_b = self.max_bytes.load(Ordering::SeqCst);
         let mut taken = 0;
         if max_r != NONE {
-            self.counts
+            let before = self
+                .counts
                 .reqs
                 .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |r| {
                     (r < max_r).then_some(r + 1)
                 })
                 .ok()?;
+            self.counts
+                .peak_reqs
+                .fetch_max(before + 1, Ordering::Relaxed);
             taken |= 1;
         }
         if max_b != NONE {
@@ -151,6 +158,11 @@ impl InFlight {
     }
 
     /// Requests and bytes in flight now (each counted where it is limited).
+    /// The most requests held at once (where limited).
+    pub(crate) fn peak_requests(&self) -> u64 {
+        self.counts.peak_reqs.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn counts(&self) -> (u64, u64) {
         (
             self.counts.reqs.load(Ordering::SeqCst),

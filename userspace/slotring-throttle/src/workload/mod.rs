@@ -109,6 +109,7 @@
 
 mod cap;
 mod core;
+mod counters;
 mod error;
 mod fair_policy;
 mod inflight;
@@ -118,10 +119,12 @@ mod priority_policy;
 mod scheduler;
 mod spec;
 mod swap;
+mod throttle_seam;
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
 
+pub use counters::{WAIT_BUCKETS, WorkloadCounters, wait_bucket_bound};
 pub use error::WorkloadError;
 pub use scheduler::{Permit, Request, Workload, WorkloadScheduler, WorkloadSchedulerBuilder};
 pub use spec::{WorkloadSpec, WorkloadTree};

@@ -5,6 +5,7 @@
 //! before a change gives its place back to the same counts after it.
 
 use super::cap::{Cap, CapSpec};
+use super::counters::NodeCounters;
 use super::inflight::InFlight;
 use super::spec::WorkloadSpec;
 use super::{Resource, WorkloadError};
@@ -29,6 +30,8 @@ pub(crate) struct NodeShared {
     pub(crate) leaf: AtomicBool,
     /// This node's index in the core's arena (written under the lock).
     pub(crate) index: AtomicU64,
+    /// What it was charged (`counters.rs`).
+    pub(crate) counters: NodeCounters,
 }
 
 /// What a spec asks of one resource.
@@ -97,6 +100,7 @@ impl NodeShared {
             removed: AtomicBool::new(false),
             leaf: AtomicBool::new(leaf),
             index: AtomicU64::new(index as u64),
+            counters: NodeCounters::default(),
         })
     }
 

@@ -74,8 +74,15 @@ impl Wakes {
 /// A queued request's place, as the dispatch leaves it.
 #[derive(Debug)]
 enum Slot {
-    Queued { leaf: usize, waker: Option<Waker> },
-    Granted { at: u64, booked: Booked },
+    Queued {
+        leaf: usize,
+        waker: Option<Waker>,
+        since: u64,
+    },
+    Granted {
+        at: u64,
+        booked: Booked,
+    },
     Failed(WorkloadError),
 }
 
@@ -101,9 +108,9 @@ impl std::hash::Hasher for IdHash {
 type Slots = HashMap<u64, Slot, std::hash::BuildHasherDefault<IdHash>>;
 
 #[derive(Debug)]
-struct State {
-    tree: Tree,
-    spec: WorkloadTree,
+pub(super) struct State {
+    pub(super) tree: Tree,
+    pub(super) spec: WorkloadTree,
     slots: Slots,
     next_id: u64,
     /// The queued request told to re-poll, and when.
@@ -111,15 +118,15 @@ struct State {
 }
 
 #[derive(Debug)]
-struct Shared {
+pub(super) struct Shared {
     clock: Arc<dyn Clock>,
     clamp: Option<ClampState>,
     tau_ns: u64,
-    state: Mutex<State>,
+    pub(super) state: Mutex<State>,
 }
 
 impl Shared {
-    fn now(&self) -> u64 {
+    pub(super) fn now(&self) -> u64 {
         let t = self.clock.now_ns();
         match &self.clamp {
             Some(c) => c.clamp(t),
@@ -131,12 +138,20 @@ impl Shared {
     /// lock is dropped.
     fn pump(st: &mut State, now: u64, wake: &mut Wakes) {
         while let Some(d) = st.tree.dispatch(now) {
-            let slot = match d.outcome {
-                Ok(booked) => Slot::Granted { at: now, booked },
-                Err(e) => Slot::Failed(e),
+            let (slot, cost) = match d.outcome {
+                Ok(booked) => (Slot::Granted { at: now, booked }, Some(booked.cost)),
+                Err(e) => (Slot::Failed(e), None),
             };
-            if let Some(Slot::Queued { waker: Some(w), .. }) = st.slots.insert(d.id, slot) {
-                wake.push(w);
+            if let Some(Slot::Queued { waker, since, leaf }) = st.slots.insert(d.id, slot) {
+                if let Some(cost) = cost {
+                    for &j in st.tree.path(leaf).as_slice() {
+                        let n = st.tree.shared(j as usize);
+                        n.counters.granted(cost, now.saturating_sub(since));
+                    }
+                }
+                if let Some(w) = waker {
+                    wake.push(w);
+                }
             }
         }
     }
@@ -268,7 +283,7 @@ impl WorkloadSchedulerBuilder {
 /// workload tree. Cheap to clone; clones are the same scheduler.
 #[derive(Debug, Clone)]
 pub struct WorkloadScheduler {
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
 }
 
 impl WorkloadScheduler {
@@ -388,19 +403,19 @@ impl WorkloadScheduler {
 }
 
 #[derive(Debug)]
-struct LeafInner {
-    sched: Arc<Shared>,
-    node: Arc<NodeShared>,
+pub(super) struct LeafInner {
+    pub(super) sched: Arc<Shared>,
+    pub(super) node: Arc<NodeShared>,
     /// The leaf first, the root last (fixed: a live change never moves a
     /// workload).
-    path: Box<[Arc<NodeShared>]>,
+    pub(super) path: Box<[Arc<NodeShared>]>,
 }
 
 /// A leaf workload of a [`WorkloadScheduler`]: where its requests enter.
 /// Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Workload {
-    inner: Arc<LeafInner>,
+    pub(super) inner: Arc<LeafInner>,
 }
 
 impl Workload {
@@ -478,6 +493,7 @@ impl Workload {
                 }
             }
         }
+        super::counters::granted(path, cost, 0);
         Ok(Some(Booked {
             cost,
             delay_ns,
@@ -641,14 +657,15 @@ impl Request {
                 let id = st.next_id;
                 st.next_id += 1;
                 let leaf = wl.inner.node.index();
+                let now = sched.now();
                 st.slots.insert(
                     id,
                     Slot::Queued {
                         leaf,
                         waker: Some(cx.waker().clone()),
+                        since: now,
                     },
                 );
-                let now = sched.now();
                 st.tree.push(leaf, id, self.cost, now);
                 Shared::pump(&mut st, now, &mut wake);
                 self.state = RequestState::Queued(id);
@@ -773,6 +790,7 @@ impl Drop for Request {
                     for n in inner.path.iter() {
                         n.bytes.refund(booked.cost, now);
                         n.ops.refund(1, now);
+                        n.counters.refunded(booked.cost);
                     }
                     for (k, n) in inner.path.iter().enumerate() {
                         n.inflight.release(booked.cost, booked.places.get(k));
@@ -838,6 +856,11 @@ impl Permit<'_> {
     /// Whether the request queued for its turn.
     pub fn waited(&self) -> bool {
         self.waited
+    }
+
+    /// Whether it holds in-flight places (some node of its path limits them).
+    pub fn holds_places(&self) -> bool {
+        !matches!(self.hold, Hold::Nothing)
     }
 
     /// The request completed: give its in-flight places back (as dropping

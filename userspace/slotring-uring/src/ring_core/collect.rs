@@ -102,6 +102,7 @@ impl RingCore {
             Lifecycle::PostWait { .. } => &[Tag::PostWait],
             Lifecycle::Syncing => &[Tag::Writeback],
             Lifecycle::Capped { .. } => &[Tag::CapWait],
+            Lifecycle::Turn => &[Tag::CapWait, Tag::TurnWait],
             Lifecycle::Starting | Lifecycle::Completed(_) => return,
         };
         // On failure the chain still completes on its own; only the hurry

@@ -55,7 +55,7 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::Duration;
 
-use slotring_throttle::{Source, ThrottlePtr};
+use slotring_throttle::{AsyncReserve, InFlightHold, Source, ThrottlePtr};
 
 use crate::counters::UringCounters;
 use crate::error::UringError;
@@ -73,6 +73,7 @@ mod collect;
 mod pacing;
 mod reads;
 mod reap;
+mod turns;
 
 /// Largest single SQE transfer we issue.
 pub(crate) const MAX_IO: usize = 1 << 30;
@@ -115,6 +116,10 @@ enum Owed {
 enum Lifecycle {
     /// Being started: nothing queued yet.
     Starting,
+    /// Queued for its turn in a workload (`turns.rs`): a doorbell
+    /// `POLL_ADD` and maybe a re-poll timeout are in flight; its IO is
+    /// built when the turn comes.
+    Turn,
     /// A pre-IO wait is booked but not queued ([`PreIoWait::Staged`]).
     Staged {
         /// Absolute `CLOCK_MONOTONIC` deadline of the wait.
@@ -267,6 +272,14 @@ pub(crate) struct Req {
     /// [`RingCore::on_reprobe`]). A probe that misses clears it: it may have
     /// started the read-in itself.
     reprobe: bool,
+    /// A turn queued in a workload (`turns.rs`): dropped, it hands the
+    /// turn on and charges nothing.
+    turn: Option<AsyncReserve>,
+    /// Whether the re-poll timeout of the turn ([`Tag::TurnWait`](crate::sys::Tag::TurnWait)) is in flight.
+    turn_timer: bool,
+    /// The in-flight places its turns gave, oldest first: kept until the
+    /// last CQE (a paced piece's, until its writeback's CQE).
+    holds: VecDeque<InFlightHold>,
     owner: Owner,
     state: Lifecycle,
 }
@@ -428,6 +441,9 @@ impl RingCore {
             cap_polls: 0,
             written_at: VecDeque::new(),
             reprobe: false,
+            turn: None,
+            turn_timer: false,
+            holds: VecDeque::new(),
             owner: Owner::Waiting(None),
             state: Lifecycle::Starting,
         };
@@ -489,6 +505,7 @@ impl RingCore {
             Lifecycle::PostWait { deadline_ns } => self.ring.push_post_wait(id, deadline_ns),
             Lifecycle::Staged { .. } => Ok(0),
             Lifecycle::Starting
+            | Lifecycle::Turn
             | Lifecycle::WaitFailed { .. }
             | Lifecycle::WaitDecides
             | Lifecycle::Syncing
@@ -544,13 +561,27 @@ impl RingCore {
         if r.paced {
             r.booked = r.done + amount as usize;
         }
-        let delay = policy::book(
-            r.throttle.as_ref(),
-            amount,
-            Source::Device,
-            r.max_block,
-            after_ns,
-        )?;
+        let delay = if amount > 0 && r.throttle.as_ref().is_some_and(|t| t.takes_turns()) {
+            match self.take_turn(id, amount, after_ns)? {
+                Some(delay) => delay,
+                None => return Ok(()),
+            }
+        } else {
+            policy::book(
+                r.throttle.as_ref(),
+                amount,
+                Source::Device,
+                r.max_block,
+                after_ns,
+            )?
+        };
+        self.io_after_booking(id, delay)
+    }
+
+    /// The remaining bytes of `id` are booked, its IO to wait `delay` ns
+    /// from now: queue it, behind one timeout if it waits.
+    fn io_after_booking(&mut self, id: SlotId, delay: u64) -> Result<(), UringError> {
+        let r = self.req(id);
         // A read that waits re-probes the page cache when the wait ends
         // (another reader may have brought its bytes in meanwhile).
         let kind = if delay > 0 && r.reprobe {

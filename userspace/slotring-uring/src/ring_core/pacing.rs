@@ -47,8 +47,9 @@ use crate::error::UringError;
 use crate::policy::WRITEBACK_PIECE;
 use crate::sys::{Cqe, IoSqe, SlotId, Tag, monotonic_now_ns};
 
-/// The eventfd a [`Lifecycle::Capped`] request polls on the ring: a
-/// writeback cap wakes it from any thread (an eventfd write), and the
+/// The eventfd a [`Lifecycle::Capped`] or [`Lifecycle::Turn`] request
+/// polls on the ring: a writeback cap or a workload's dispatch wakes it
+/// from any thread (an eventfd write), and the
 /// ring's `POLL_ADD` completes inside whatever `io_uring_enter` the ring's
 /// owner is waiting in.
 #[derive(Debug)]
@@ -63,7 +64,7 @@ impl Wake for Doorbell {
 }
 
 impl Doorbell {
-    fn fd(&self) -> i32 {
+    pub(super) fn fd(&self) -> i32 {
         use std::os::fd::AsRawFd;
         self.0.as_raw_fd()
     }
@@ -156,18 +157,27 @@ impl RingCore {
             .into_iter()
             .filter(|&c| {
                 c != id
-                    && self
-                        .ring
-                        .data(c)
-                        .is_some_and(|r| matches!(r.state, Lifecycle::Capped { .. }))
+                    && self.ring.data(c).is_some_and(|r| {
+                        matches!(r.state, Lifecycle::Capped { .. } | Lifecycle::Turn)
+                    })
             })
             .collect();
         for c in others {
-            if let Err(e) = self.retry_capped(c) {
+            if let Err(e) = self.retry_rung(c) {
                 self.finish(c, Err(e));
             }
         }
-        self.retry_capped(id)
+        self.retry_rung(id)
+    }
+
+    /// A request that waits for the doorbell tries again: a capped piece
+    /// its room, a queued turn its turn.
+    fn retry_rung(&mut self, id: SlotId) -> Result<(), UringError> {
+        if matches!(self.req(id).state, Lifecycle::Turn) {
+            self.retry_turn(id)
+        } else {
+            self.retry_capped(id)
+        }
     }
 
     /// A [`Lifecycle::Capped`] request tries its piece again. One that goes
@@ -270,6 +280,9 @@ impl RingCore {
         // The piece is on the device (or left to the kernel's flush): its
         // room under the caps goes to the next piece of any request.
         r.cap.release(WRITEBACK_PIECE);
+        // So are its in-flight places (the oldest piece's hold: pieces
+        // differ in bytes only at the request's end).
+        drop(r.holds.pop_front());
         let cancel = r.owner.cancel_requested();
         self.dirty_unsubmitted -= unsynced;
         match res {

@@ -104,6 +104,7 @@ impl RingCore {
             Tag::Io => self.on_io(id, c.res),
             Tag::Writeback => self.on_writeback(id, c.res),
             Tag::CapWait => self.on_cap_wait(id),
+            Tag::TurnWait => self.on_turn_wait(id),
         };
         if let Err(e) = advanced {
             self.finish(id, Err(e));
@@ -117,6 +118,8 @@ impl RingCore {
             // the device's or the kernel flusher's now.
             self.dirty_unsubmitted -= std::mem::take(&mut r.unsynced);
             r.cap.release_all();
+            // The operation is over: its in-flight places go back.
+            r.holds.clear();
         }
         if matches!(r.owner, Owner::Ignored) {
             self.release_if_quiet(id);

@@ -32,6 +32,9 @@ pub(crate) enum Tag {
     /// its block-device throttlers: an `IORING_OP_POLL_ADD(POLLIN)` on the
     /// ring's doorbell eventfd, which a cap's release rings.
     CapWait = 5,
+    /// A standalone timeout after which a request queued for its turn in a
+    /// workload re-polls it (the one that times the caps' debts).
+    TurnWait = 6,
 }
 
 /// Bits of `user_data` that hold the [`Tag`]; the slot index is above them.
@@ -51,7 +54,8 @@ impl Tag {
             2 => Tag::Cancel,
             3 => Tag::PostWait,
             4 => Tag::Writeback,
-            _ => Tag::CapWait,
+            5 => Tag::CapWait,
+            _ => Tag::TurnWait,
         }
     }
 }
@@ -504,6 +508,13 @@ impl<T> LendingRing<T> {
         self.push_entries(id, &[t])
     }
 
+    /// Queue a standalone absolute timeout after which a request queued for
+    /// its workload turn re-polls it, tagged [`Tag::TurnWait`].
+    pub(crate) fn push_turn_wait(&mut self, id: SlotId, deadline_ns: u64) -> io::Result<u64> {
+        let t = self.timeout_entry(id, deadline_ns, Tag::TurnWait, TimeoutRole::Standalone);
+        self.push_entries(id, &[t])
+    }
+
     /// Queue a one-shot `POLL_ADD(POLLIN)` on `fd` (the core's doorbell
     /// eventfd), tagged [`Tag::CapWait`]. It points at no memory of ours.
     pub(crate) fn push_cap_wait(&mut self, id: SlotId, fd: RawFd) -> io::Result<u64> {
@@ -637,7 +648,16 @@ impl<T> Drop for LendingRing<T> {
             .filter(|&id| self.outstanding(id) > 0)
             .collect();
         for id in ids {
-            let _ = self.push_cancel(id, &[Tag::Wait, Tag::Io, Tag::PostWait, Tag::CapWait]);
+            let _ = self.push_cancel(
+                id,
+                &[
+                    Tag::Wait,
+                    Tag::Io,
+                    Tag::PostWait,
+                    Tag::CapWait,
+                    Tag::TurnWait,
+                ],
+            );
         }
         let mut sink = Vec::new();
         let mut spins = 0u32;
