@@ -143,6 +143,14 @@ fn defined_name(line: &str) -> Option<Def<'_>> {
     const KINDS: &[&str] = &[
         "struct", "enum", "trait", "type", "fn", "const", "static", "mod", "union",
     ];
+    // The BPF ABI's structs are declared inside `abi_struct!` as
+    // `Name = "map_name" {`, their fields following.
+    if let Some((name, rest)) = line.trim_start().split_once(" = \"")
+        && is_camel(name)
+        && rest.trim_end().ends_with('{')
+    {
+        return Some(Def::Body(name));
+    }
     let ws: Vec<&str> = words(line.trim_start()).collect();
     for (i, w) in ws.iter().enumerate() {
         match *w {

@@ -6,7 +6,9 @@
 //! `episode_rule` map of the instance (its on-CPU time before the first
 //! sleep, between sleeps and after the last wake-up, each with its own
 //! bound), and a thread fails when more of its episodes in the window were
-//! hot than it is allowed ([`VerifyConfig`]). A window that is empty, or
+//! hot than it is allowed, or when its hot episodes spent more of its
+//! parked time on a CPU above their bounds than it is allowed
+//! ([`VerifyConfig`]). A window that is empty, or
 //! across which the probes went away or were reloaded, verifies nothing.
 
 use std::fmt;

@@ -44,8 +44,8 @@
 //! its own path (`slotring_throttle::ThrottleCounters`, …). This crate has no
 //! dependencies, so the throttle, slots and uring crates use it without
 //! depending on each other, and `slotring-bpf` mirrors every set into map
-//! memory without depending on the crates that keep them (nor on their
-//! dependencies: io_uring, tokio).
+//! memory without depending on `slotring-uring`, which keeps the engine's
+//! set (nor on its dependencies: io_uring, tokio).
 
 #![forbid(unsafe_code)]
 

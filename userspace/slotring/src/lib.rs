@@ -107,3 +107,9 @@ pub fn install_ring_wait() -> Option<uring::UringError> {
 pub mod pinned;
 #[cfg(all(feature = "slots", feature = "uring"))]
 pub mod snapshot;
+
+/// The README's examples, compiled and run as this crate's doctests so that
+/// the first code a newcomer copies cannot drift from the API.
+#[cfg(all(doctest, feature = "slots", feature = "uring"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -132,3 +132,13 @@ fn classification() {
     assert_eq!(classify("snake_name"), Check::Skip);
     assert_eq!(classify("CPU"), Check::Skip);
 }
+
+#[test]
+fn an_abi_struct_declared_in_its_macro_is_an_item() {
+    assert_eq!(
+        defined_name("    EpisodeRule = \"episode_rule\" {"),
+        Some(Def::Body("EpisodeRule"))
+    );
+    assert_eq!(defined_name("    let x = \"episode_rule\" {"), None);
+    assert_eq!(defined_name("    name = \"x\","), None);
+}
