@@ -43,6 +43,22 @@
 //! lands on the old bucket before the freeze is in the tokens moved; one
 //! after it charges nothing (a frozen bucket is unlimited), sees the bucket
 //! retired and retries on the new one. No charge is lost or made twice.
+//!
+//! # Memory ordering
+//!
+//! Two flags publish a live change to charges that run without the
+//! scheduler's lock. `retired` is stored with `Release` before the old
+//! bucket is frozen, and loaded with `Acquire` where the bucket answered as
+//! a frozen one (a charge at rate 0, a refund that came back short): one
+//! that sees it set knows the tokens moved to the new bucket, so a charge
+//! retries there and a refund is made there, and neither counts the frozen
+//! bucket's answer. `present` is stored with `Release` after a new bucket
+//! is in the cell and before an old one leaves it, and loaded with
+//! `Acquire` by a charge that decides whether to look at the cell: one that
+//! reads `true` finds the bucket the store published; one that reads
+//! `false` is ordered before the cap existed or after it was gone. The
+//! bucket's own word and the cell's swap carry the rest (see `Bucket` and
+//! the `swap` module).
 
 use std::sync::Arc;
 
