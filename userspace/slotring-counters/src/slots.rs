@@ -46,6 +46,11 @@ crate::counter_set! {
         gauge(unlimited) budget_effective: "The effective CPU slot budget: max_concurrency or the adaptive budget below it (0 = unlimited).",
         /// Made by releases after `AcquiredSlot::should_yield` said yes.
         counter yields: "Slots released because should_yield asked their holder to (the budget shrank).",
+        /// The integral over time of the blocked `acquire` calls: it grows
+        /// while they wait (unlike `wait_us`, added when a wait ends), so the
+        /// difference of two snapshots is the slot wait of that interval
+        /// (the adaptive budget's waiter signal).
+        counter(us) waiting_us => "waiting_seconds": "Time spent blocked waiting for a slot, accrued while waiting (waits still in progress included).",
     }
 }
 
