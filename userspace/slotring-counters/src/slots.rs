@@ -66,6 +66,7 @@ crate::counter_set! {
         gauge runq_share_bp => "runq_share_basis_points": "Run-queue share of running leases in the last window, in 1/100 %.",
         counter(us) runq_us => "runq_seconds": "Run-queue time of running leases seen by the controller.",
         counter(us) on_cpu_us => "oncpu_seconds": "On-CPU time of running leases seen by the controller.",
+        counter(us) slot_wait_us => "slot_wait_seconds": "Slot wait of blocked acquirers seen by the controller (the cost of a step down).",
         counter windows: "Windows the controller evaluated.",
         counter downs: "Windows that lowered the budget (or held it at the floor) for run-queue delay.",
         counter ups: "Windows that raised the budget by one slot.",
