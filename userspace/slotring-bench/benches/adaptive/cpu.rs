@@ -176,8 +176,9 @@ pub(crate) fn short_thread(sh: Arc<Shared>, cc: Option<ConcurrencyControl>, offs
 pub(crate) enum Mode {
     /// 2 × cores, the static default.
     Static,
-    /// Fixed at the cores (the best a budget can do on (a), without a loop).
-    AtCores,
+    /// A static budget below 2 × cores (the sweep of `best_static_*`; at
+    /// the cores, `cores_work_per_s_cpu`).
+    Fixed(u64),
     /// The adaptive loop (ceiling 2 × cores).
     Adaptive,
 }
@@ -209,8 +210,8 @@ pub(crate) fn cpu_run(
     let adaptive = mode == Mode::Adaptive;
     let cc = ConcurrencyControl::new();
     cc.set_max_concurrency(ceiling);
-    if mode == Mode::AtCores {
-        cc.set_effective_budget(cores as u64);
+    if let Mode::Fixed(b) = mode {
+        cc.set_effective_budget(b);
     }
     let sh = Arc::new(Shared {
         stop: AtomicBool::new(false),

@@ -1,11 +1,19 @@
 //! Workload (c): `slotring run`, the IO-bound default workload, with and
-//! without the adaptive budget.
+//! without the adaptive budget, and at each static budget below the
+//! default (`--concurrent-threads-soft-limit-num`) for `best_static_*_io`.
 
 use super::*;
 
-pub(crate) fn slotring_run(adaptive: bool) -> Value {
+/// One run of `slotring run` (15 s) in `mode` (`Fixed(n)`: a static budget
+/// of `n`); its JSON report.
+pub(crate) fn slotring_run(mode: Mode) -> Value {
+    let tag = match mode {
+        Mode::Static => "static".to_owned(),
+        Mode::Adaptive => "adaptive".to_owned(),
+        Mode::Fixed(n) => format!("fixed{n}"),
+    };
     let pins = format!(
-        "/sys/fs/bpf/slotring-bench-adaptive-{}-{adaptive}",
+        "/sys/fs/bpf/slotring-bench-adaptive-{}-{tag}",
         std::process::id()
     );
     let mut cmd = Command::new(slotring_bin());
@@ -13,11 +21,14 @@ pub(crate) fn slotring_run(adaptive: bool) -> Value {
     cmd.env_remove("SLOTRING_BIN");
     cmd.args(["run", "--duration", "15s", "--json", "--no-progress"])
         .args(["--listen", "", "--pin-dir", &pins])
-        .arg(if adaptive {
+        .arg(if mode == Mode::Adaptive {
             "--adaptive-budget"
         } else {
             "--no-adaptive-budget"
         });
+    if let Mode::Fixed(n) = mode {
+        cmd.args(["--concurrent-threads-soft-limit-num", &n.to_string()]);
+    }
     let out = cmd.output().expect("run slotring");
     let code = out.status.code();
     assert!(
@@ -58,9 +69,25 @@ pub(crate) fn f(v: &Value) -> f64 {
 
 /// (c): `slotring run`, IO-bound, with and without the adaptive budget,
 /// and its keys.
-pub(crate) fn workload_c(report: &mut Report) {
-    let st = slotring_run(false);
-    let ad = slotring_run(true);
+/// A run's point of the static sweep.
+fn io_point(budget: u64, v: &Value) -> StaticPoint {
+    StaticPoint {
+        budget,
+        short_p99_ms: f(&v["short_latency_ms"]["p99"]),
+        work_per_s: f(&v["throttlers"][0]["sustained_bytes_per_s"]) / 1048576.0,
+        runq_share_pct: f(&v["adaptive"]["runq_share_pct"]),
+    }
+}
+
+pub(crate) fn workload_c(cores: usize, report: &mut Report) {
+    let st = slotring_run(Mode::Static);
+    let ad = slotring_run(Mode::Adaptive);
+    let ceiling = 2 * cores as u64;
+    let mut points: Vec<StaticPoint> = (1..ceiling)
+        .map(|n| io_point(n, &slotring_run(Mode::Fixed(n))))
+        .collect();
+    points.push(io_point(ceiling, &st));
+    put_best_static(report, "io", &points, "(c)");
     for (k, v, what) in [
         ("static", &st, "--no-adaptive-budget"),
         ("adapt", &ad, "--adaptive-budget"),

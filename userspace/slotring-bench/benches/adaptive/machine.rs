@@ -200,11 +200,13 @@ pub(crate) fn schedstat(tid: nix::unistd::Pid) -> (u64, u64) {
     (it.next().unwrap_or(0), it.next().unwrap_or(0))
 }
 
-/// What (b) allows at best, with no slotring and no scan: one plain
-/// CPU-bound thread beside the hog (its run-queue share, from `schedstat`)
-/// and then the short queries alone beside the hog (their p99).
-pub(crate) fn physical_floor(hog_n: usize, cg: &Path) -> (f64, f64) {
-    let _hog = hog(hog_n, cg);
+/// What a workload allows at best, with no slotring and no scan: one plain
+/// CPU-bound thread beside its load (`with`: a hog of `n` threads in a
+/// cgroup, for (b); none for (a): the machine's other work) — its
+/// run-queue share, from `schedstat` — and then the short queries alone
+/// beside it (their p99).
+pub(crate) fn physical_floor(with: Option<(usize, &Path)>) -> (f64, f64) {
+    let _hog = with.map(|(n, cg)| hog(n, cg));
     std::thread::sleep(Duration::from_millis(300));
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();

@@ -8,11 +8,16 @@
 //!   and a CPU yield once a millisecond) plus short queries (a
 //!   pool of 4 threads, one query each per 20 ms: 10 units of work on a
 //!   non-competing slot; latency from its scheduled start). Four rounds of
-//!   4 s each of the static budget, a static budget of the cores (context:
-//!   `cores_work_per_s_cpu`, the best any budget does without a loop) and
-//!   the adaptive one, interleaved so other work on the machine meets all
-//!   three alike. The notes say how many CPUs the bench process got and
-//!   how many the machine left idle, and the budget's time at each level.
+//!   4 s each of the static budget, the adaptive one and every static
+//!   budget from 1 to 2 × cores − 1 (the sweep), interleaved so other work
+//!   on the machine meets all of them alike. `best_static_*_cpu`: the
+//!   sweep's budget with the lowest short p99 within 5% of its best work
+//!   (the budget a person picks after measuring; at the cores, context
+//!   `cores_work_per_s_cpu`). `floor_*_cpu`: the physical floor without
+//!   slotring (one plain CPU-bound thread alone: its run-queue share; the
+//!   short queries alone: their p99). The notes say how many CPUs the
+//!   bench process got and how many the machine left idle, and the
+//!   budget's time at each level.
 //! * (b) `_hog`: the same, with `stress-ng --cpu 2×cores` started after 3 s
 //!   and stopped 6 s later; keys are measured over the hog's 6 s;
 //!   `adapt_settle_s` is the longer of the two settling times (after the
@@ -22,7 +27,10 @@
 //!   beside the hog: its run-queue share; the short queries alone beside
 //!   it: their p99).
 //! * (c) `_io`: `slotring run` (the IO-bound default workload) with
-//!   `--adaptive-budget` and `--no-adaptive-budget`.
+//!   `--adaptive-budget` and `--no-adaptive-budget`, and with each static
+//!   budget from 1 to 2 × cores − 1 (`--concurrent-threads-soft-limit-num`)
+//!   for `best_static_*_io`. (No `floor_*_io`: the command has no run
+//!   without scans.)
 //!
 //! `ADAPTIVE_BENCH_TRACE=1` prints a trace of every run of (a) and (b), one
 //! line per 100 ms window (budget, slots in use, waiting allocations,
@@ -67,12 +75,14 @@ mod budget_stats;
 mod cpu;
 mod io;
 mod machine;
+mod sweep;
 mod workloads;
 
 use budget_stats::*;
 use cpu::*;
 use io::*;
 use machine::*;
+use sweep::*;
 use workloads::*;
 
 pub(crate) fn unit() {
@@ -83,6 +93,7 @@ pub(crate) fn unit() {
 }
 
 fn main() {
+    check_best_static_rule();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cg = match cgroups() {
         Ok(c) => Some(c),
@@ -111,7 +122,7 @@ fn main() {
     }
     // (c) `slotring run`, IO-bound.
     drop(bpf);
-    workload_c(&mut report);
+    workload_c(cores, &mut report);
     let end = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!(
         "machine: load average {} at the start, {} at the end; cgroups: {cg_note}",

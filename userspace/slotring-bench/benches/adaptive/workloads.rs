@@ -8,15 +8,22 @@ use super::*;
 pub(crate) fn workload_a(bpf: &SlotringBpf, cores: usize, report: &mut Report) {
     // (a) CPU-bound scans + short queries: 3 rounds of 3 s per mode,
     // interleaved, so that other work on the machine meets all modes alike.
-    let (mut sa, mut ca, mut aa, mut hist) = (vec![], vec![], vec![], vec![]);
+    // The static sweep: budgets 1 … 2 × cores − 1 (2 × cores is Static).
+    let ceiling = 2 * cores as u64;
+    let (mut sa, mut aa, mut hist) = (vec![], vec![], vec![]);
+    let mut fixed: Vec<Vec<Phase>> = (1..ceiling).map(|_| Vec::new()).collect();
     let mut yields_a = 0;
+    let modes: Vec<Mode> = [Mode::Static, Mode::Adaptive]
+        .into_iter()
+        .chain((1..ceiling).map(Mode::Fixed))
+        .collect();
     for round in 0..A_ROUNDS {
-        for mode in [Mode::Static, Mode::AtCores, Mode::Adaptive] {
+        for &mode in &modes {
             let mut r = cpu_run(bpf, mode, &[A_SECS], |_| {});
             let p = r.phases.pop().expect("one phase");
             match mode {
                 Mode::Static => sa.push(p),
-                Mode::AtCores => ca.push(p),
+                Mode::Fixed(b) => fixed[b as usize - 1].push(p),
                 Mode::Adaptive => {
                     eprintln!(
                         "(a) adaptive round {round}, budget/run-queue % per window: {}",
@@ -31,7 +38,27 @@ pub(crate) fn workload_a(bpf: &SlotringBpf, cores: usize, report: &mut Report) {
             }
         }
     }
-    let (mut sp, cp, mut ap) = (merge(sa), merge(ca), merge(aa));
+    let (mut sp, mut ap) = (merge(sa), merge(aa));
+    let mut sweep: Vec<(u64, Phase)> = (1..).zip(fixed.into_iter().map(merge)).collect();
+    let cp_work = sweep[cores - 1].1.work_per_s();
+    let cp_cpus = sweep[cores - 1].1.cpus();
+    let mut points: Vec<StaticPoint> = sweep
+        .iter_mut()
+        .map(|(b, p)| StaticPoint::of(*b, p))
+        .collect();
+    points.push(StaticPoint::of(ceiling, &mut sp));
+    put_best_static(report, "cpu", &points, "(a)");
+    let (floor_share, floor_p99) = physical_floor(None);
+    report.put(
+        "floor_runq_share_pct_cpu",
+        floor_share,
+        "(a) context: one plain CPU-bound thread alone beside the machine's other work, 2 s, /proc schedstat (the least run-queue share any budget >= 1 reaches)",
+    );
+    report.put(
+        "floor_short_p99_ms_cpu",
+        floor_p99,
+        "(a) context: the short queries alone, no scan, no slotring, 4 s",
+    );
     let (sp, ap) = (&mut sp, &mut ap);
     let a_hist = budget_hist(&hist, f64::NEG_INFINITY, f64::INFINITY);
     eprintln!("(a) adaptive, windows at each budget: {a_hist}");
@@ -64,11 +91,8 @@ pub(crate) fn workload_a(bpf: &SlotringBpf, cores: usize, report: &mut Report) {
     );
     report.put(
         "cores_work_per_s_cpu",
-        cp.work_per_s(),
-        &format!(
-            "(a) context: a static budget of {cores} (the cores), no loop; {}",
-            cp.cpus()
-        ),
+        cp_work,
+        &format!("(a) context: a static budget of {cores} (the cores), no loop; {cp_cpus}"),
     );
     report.put(
         "adapt_budget_mean_cpu",
@@ -147,7 +171,7 @@ pub(crate) fn workload_b(
         &format!("(b) after the hog starts {s_on:.2} s, after it stops {s_off:.2} s (to the phase's final level, then within one slot of it; 100 ms windows)"),
     );
     // The physical floor of (b) in the same cgroup, without slotring.
-    let (floor_share, floor_p99) = physical_floor(2 * cores, &same);
+    let (floor_share, floor_p99) = physical_floor(Some((2 * cores, &same)));
     report.put(
         "floor_runq_share_pct_hog",
         floor_share,
