@@ -227,6 +227,7 @@ struct slots_stats {
 	__u64 borrowed;
 	__u64 budget_effective;
 	__u64 yields;
+	__u64 waiting_us;
 };
 
 /* `uring` map (= slotring_uring::UringCounters). */

@@ -9,8 +9,9 @@
 //!   dropped it (programs detached, maps unpinned).
 //! * [`AdaptiveBudget`] runs the loop on a thread of its own: every window
 //!   it samples the probe, feeds the controller (with the control's
-//!   `max_concurrency` as ceiling, its waiters as demand and its slots in
-//!   use as the running leases) and applies the result with
+//!   `max_concurrency` as ceiling, its waiters as demand, its slots in
+//!   use as the running leases, the growth of its `waiting_us` as the
+//!   window's slot wait and the window's measured length) and applies the result with
 //!   [`ConcurrencyControl::set_effective_budget`]. Without probes the
 //!   budget stays static and this is said once on stderr; probes that go
 //!   away mid-run return the budget to static (`probe_losses`, said once).
@@ -121,6 +122,9 @@ pub struct BudgetPoint {
     pub runq_share_pct: f64,
     /// Slots in use at the end of the window.
     pub running: u64,
+    /// Blocked `acquire` calls on average over the window (its slot wait
+    /// over its length).
+    pub blocked_mean: f64,
 }
 
 #[derive(Debug, Default)]
@@ -130,6 +134,7 @@ struct Status {
     share_bp: AtomicU64,
     runq_ns: AtomicU64,
     on_cpu_ns: AtomicU64,
+    slot_wait_ns: AtomicU64,
     windows: AtomicU64,
     downs: AtomicU64,
     ups: AtomicU64,
@@ -185,6 +190,7 @@ impl AdaptiveBudget {
         inner.status.adaptive.store(1, Ordering::Relaxed);
         // Baseline: the first window starts now.
         let _ = probe.sample();
+        let mut last = (Instant::now(), cc.counters().waiting_us);
         let th = inner.clone();
         let thread = std::thread::Builder::new()
             .name("slotring-budget".into())
@@ -217,12 +223,19 @@ impl AdaptiveBudget {
                         return;
                     };
                     let c = cc.counters();
+                    let now = Instant::now();
+                    let window_ns = u64::try_from(now.duration_since(last.0).as_nanos())
+                        .unwrap_or(u64::MAX);
+                    let wait_ns = c.waiting_us.saturating_sub(last.1).saturating_mul(1000);
+                    last = (now, c.waiting_us);
                     ctl.set_ceiling(c.max_concurrency);
                     let sample = RunqSample {
                         runq_ns,
                         on_cpu_ns,
                         running: c.cur_concurrency,
                         waiting: c.waiters > 0,
+                        wait_ns,
+                        window_ns,
                     };
                     let step = ctl.update(sample);
                     let budget = ctl.budget();
@@ -233,6 +246,7 @@ impl AdaptiveBudget {
                         .store((share * 10_000.0).round() as u64, Ordering::Relaxed);
                     s.runq_ns.fetch_add(runq_ns, Ordering::Relaxed);
                     s.on_cpu_ns.fetch_add(on_cpu_ns, Ordering::Relaxed);
+                    s.slot_wait_ns.fetch_add(wait_ns, Ordering::Relaxed);
                     s.windows.fetch_add(1, Ordering::Relaxed);
                     match step {
                         Step::Down => s.downs.fetch_add(1, Ordering::Relaxed),
@@ -247,6 +261,7 @@ impl AdaptiveBudget {
                             budget,
                             runq_share_pct: share * 100.0,
                             running: c.cur_concurrency,
+                            blocked_mean: wait_ns as f64 / window_ns.max(1) as f64,
                         });
                 }
             })
@@ -267,6 +282,7 @@ impl AdaptiveBudget {
             runq_share_bp: l(&s.share_bp),
             runq_us: l(&s.runq_ns) / 1000,
             on_cpu_us: l(&s.on_cpu_ns) / 1000,
+            slot_wait_us: l(&s.slot_wait_ns) / 1000,
             windows: l(&s.windows),
             downs: l(&s.downs),
             ups: l(&s.ups),

@@ -46,6 +46,11 @@ crate::counter_set! {
         gauge(unlimited) budget_effective: "The effective CPU slot budget: max_concurrency or the adaptive budget below it (0 = unlimited).",
         /// Made by releases after `AcquiredSlot::should_yield` said yes.
         counter yields: "Slots released because should_yield asked their holder to (the budget shrank).",
+        /// The integral over time of the blocked `acquire` calls: it grows
+        /// while they wait (unlike `wait_us`, added when a wait ends), so the
+        /// difference of two snapshots is the slot wait of that interval
+        /// (the adaptive budget's waiter signal).
+        counter(us) waiting_us => "waiting_seconds": "Time spent blocked waiting for a slot, accrued while waiting (waits still in progress included).",
     }
 }
 
@@ -61,6 +66,7 @@ crate::counter_set! {
         gauge runq_share_bp => "runq_share_basis_points": "Run-queue share of running leases in the last window, in 1/100 %.",
         counter(us) runq_us => "runq_seconds": "Run-queue time of running leases seen by the controller.",
         counter(us) on_cpu_us => "oncpu_seconds": "On-CPU time of running leases seen by the controller.",
+        counter(us) slot_wait_us => "slot_wait_seconds": "Slot wait of blocked acquirers seen by the controller (the cost of a step down).",
         counter windows: "Windows the controller evaluated.",
         counter downs: "Windows that lowered the budget (or held it at the floor) for run-queue delay.",
         counter ups: "Windows that raised the budget by one slot.",

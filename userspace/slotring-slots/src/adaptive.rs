@@ -13,6 +13,11 @@
 //! waited for one. A window with no accounted time at all (`0 / 0`: no
 //! running lease was switched out, so none waited) counts as `share = 0`.
 //!
+//! Beside it, the window's **slot wait** `wait`: the time blocked
+//! `acquire` calls spent waiting in it (time-weighted waiters:
+//! [`crate::SlotsCounters::waiting_us`], which grows while they wait), and
+//! the window's length.
+//!
 //! # The control law: a dead band, a gradient step down, a probing step up
 //!
 //! With `target` = t (say 10%):
@@ -53,7 +58,8 @@
 //!   (with a dead band there, the other load's 6–10% windows keep resetting
 //!   the count, and the budget takes 1.5 s to get back from 1 to 2 on 2
 //!   CPUs after a hog stops).
-//! * **Calm** (`share < t/2`) and some allocation waits: go up by one slot,
+//! * **Calm** (`share < t/2`) and some allocation waits (at the window's
+//!   end, or for a time in it: `wait > 0`): go up by one slot,
 //!   after `1` calm window, or, when the next level is one where congestion
 //!   was last seen, after `hold` consecutive calm windows. Every probe that
 //!   fails there (congestion again at or above that level) doubles `hold`,
@@ -61,6 +67,39 @@
 //!   level forget it (and reset `hold`). Congestion below the remembered
 //!   level means the CPU supply changed (a hog arrived): `hold` is reset, so
 //!   the budget climbs back quickly once the supply returns.
+//!
+//! # What a step down costs: the waiters
+//!
+//! A step down trades run-queue time for slot wait. Whether the slot wait
+//! is a cost depends on the CPUs: while the running leases' runnable time
+//! (`runq + on_cpu`) fills the `cpus` over the window, a waiter that held
+//! a slot would only queue for a CPU (the wait moves from the slot queue to
+//! the run queue, the total is the same), and the step down costs nothing;
+//! while the leases leave CPUs unclaimed (IO-bound leases that park, a
+//! budget below the CPUs), the waiter would have run, and its wait is lost.
+//! So the wait counts at the fraction `free` of it that idle CPUs could
+//! have served: the unclaimed share of the CPUs, `1 − (runq + on_cpu) /
+//! (cpus × window)` (at least 0), times `1 − share` (a CPU is free for a
+//! newcomer at most as often as the leases found one free; a hog that
+//! takes the unclaimed CPUs shows in their share). With `n` running leases
+//! (at least 1) serving the waiters, one slot fewer makes them wait at
+//! least `wait × free / n` more (`n − 1` slots drain the same queue
+//! `n / (n − 1)` times slower). A step down can save at most the run-queue
+//! time above the target, `excess = runq − on_cpu × t / (1 − t)`. The law:
+//!
+//! * **A step down costs what it saves**: a congested window goes down by
+//!   at most `⌊excess × n / (wait × free)⌋` slots; when that is 0 (the slot
+//!   wait per running lease exceeds the run-queue time it would save) it
+//!   holds.
+//! * **Waiters that cost more than the run queue**: when the least slot
+//!   wait one slot more removes, `wait × free / (n + 1)`, exceeds all the
+//!   window's run-queue time, the window counts as calm whatever its share
+//!   (in the dead band and below the CPUs too); the probe hold still
+//!   applies.
+//!
+//! With the CPUs claimed (`free = 0`; and for an unknown window length)
+//! both terms vanish and the law is the run-queue law above: CPU-bound
+//! work and a hog in the same cgroup step down as before.
 //!
 //! Stability: the run-queue share is a non-decreasing function of the
 //! number of running leases for a given CPU supply, so on a steady
@@ -72,6 +111,13 @@
 //! most one window in `max_hold` above it. After a step the budget is at
 //! its new level after one congested window (down) or after at most
 //! `max_hold` windows per slot up (the bench measures `adapt_settle_s`).
+//! The waiter terms vanish in that regime (the leases claim the CPUs);
+//! where they do not, they only hold a step down or turn a window calm, so
+//! they move the budget towards the ceiling (the static budget) and never
+//! below what the run-queue law chooses; a level where congestion was seen
+//! is still re-probed at most once per `hold` windows, `hold` doubling on
+//! each failed probe, so the budget cannot flap faster than the run-queue
+//! law allows.
 //!
 //! Dead time: the kernel accounts a thread's run-queue and on-CPU time at
 //! its switch-out, so the window after a step down still carries time of
@@ -161,6 +207,13 @@ pub struct RunqSample {
     pub running: u64,
     /// Whether some allocation was waiting for a slot (demand).
     pub waiting: bool,
+    /// Slot wait accrued by blocked `acquire` calls during the window, in
+    /// ns: the growth of [`crate::SlotsCounters::waiting_us`] (waits in
+    /// progress included).
+    pub wait_ns: u64,
+    /// The window's length in ns; `0` (unknown) turns the waiter terms off
+    /// (see "What a step down costs").
+    pub window_ns: u64,
 }
 
 impl RunqSample {
@@ -172,6 +225,21 @@ impl RunqSample {
         } else {
             0.0
         }
+    }
+
+    /// The fraction of the slot wait that idle CPUs could have served
+    /// (`free` in the module docs): the share of `cpus` the running leases
+    /// neither ran on nor waited for, times `1 − share` (a CPU is free for
+    /// a newcomer at most as often as the leases found one free). `0` for
+    /// an unknown window; `0` when the leases' runnable time fills the
+    /// CPUs.
+    pub fn free(&self, cpus: u64) -> f64 {
+        if self.window_ns == 0 {
+            return 0.0;
+        }
+        let claimed = (self.runq_ns as f64 + self.on_cpu_ns as f64)
+            / (self.window_ns as f64 * cpus.max(1) as f64);
+        (1.0 - claimed).max(0.0) * (1.0 - self.share())
     }
 }
 
@@ -262,7 +330,17 @@ impl BudgetController {
         let est = (supply / (1.0 - t)).round() as u64;
         // Below the CPUs, keep the leases the supply fills ("Below the CPUs").
         let fills = ((supply * (1.0 - t)).ceil() as u64).min(self.cfg.cpus);
-        let to = est.max(fills);
+        let mut to = est.max(fills);
+        // What a step down costs ("What a step down costs"): the slot wait
+        // that free CPUs could have served, per slot of the `running` ones,
+        // against the run-queue time above the target that it can save.
+        let wait = s.wait_ns as f64 * s.free(self.cfg.cpus);
+        let excess = (s.runq_ns as f64 - s.on_cpu_ns as f64 * t / (1.0 - t)).max(0.0);
+        if share > t && to < b && wait > 0.0 {
+            // `as` saturates (inf → u64::MAX); at most `b − to` slots anyway.
+            let affordable = (excess * running / wait).floor() as u64;
+            to = to.max(b.saturating_sub(affordable));
+        }
         // Congested only if the estimate is at least half a slot below the
         // budget: at small budgets one slot is a large step, and a share
         // just above the target does not justify it (it would flap).
@@ -286,15 +364,20 @@ impl BudgetController {
             self.after_down = true;
             return Step::Down;
         }
-        let not_calm = if b < self.cfg.cpus {
-            share > t
-        } else {
-            share * 2.0 >= t
-        };
+        // The waiters cost more than all the run-queue delay of the window:
+        // one slot more is worth it whatever the share.
+        let waiters_cost_more = wait / (running + 1.0) > s.runq_ns as f64;
+        let not_calm = !waiters_cost_more
+            && if b < self.cfg.cpus {
+                share > t
+            } else {
+                share * 2.0 >= t
+            };
         if not_calm {
             // The dead band (above the CPUs), or a share above the target
-            // that the supply estimate rounds to the current budget, or
-            // that the supply still fills below the CPUs.
+            // that the supply estimate rounds to the current budget, that
+            // the supply still fills below the CPUs, or whose step down
+            // would cost more slot wait than it saves.
             self.calm = 0;
             return Step::Hold;
         }
@@ -308,7 +391,7 @@ impl BudgetController {
             self.hold = self.cfg.hold_windows;
             self.probing = false;
         }
-        if !s.waiting || b >= self.cfg.ceiling {
+        if !(s.waiting || s.wait_ns > 0) || b >= self.cfg.ceiling {
             return Step::Hold;
         }
         let next = b + 1;
@@ -344,6 +427,7 @@ mod tests {
             on_cpu_ns: (window * (1.0 - share)) as u64,
             running: budget,
             waiting: true,
+            ..RunqSample::default()
         }
     }
 
@@ -426,6 +510,7 @@ mod tests {
                 on_cpu_ns: (i * 104_729) % 997,
                 running: i % 11,
                 waiting: i % 3 != 0,
+                ..RunqSample::default()
             };
             c.update(s);
             assert!((3..=8).contains(&c.budget()), "window {i}: {}", c.budget());
@@ -438,6 +523,7 @@ mod tests {
                 on_cpu_ns: 0,
                 running: 0,
                 waiting: true,
+                ..RunqSample::default()
             });
         }
         assert_eq!(c.budget(), 1);
@@ -475,6 +561,7 @@ mod tests {
                 on_cpu_ns: 93,
                 running: b,
                 waiting: true,
+                ..RunqSample::default()
             };
             assert_eq!(c.update(s), Step::Hold);
         }
@@ -602,6 +689,7 @@ mod tests {
                     on_cpu_ns: total * u64::from(100 - pct) / 100,
                     running: b,
                     waiting: true,
+                    ..RunqSample::default()
                 });
                 c.budget()
             })
@@ -637,6 +725,7 @@ mod tests {
                 on_cpu_ns: (window * (1.0 - share)) as u64,
                 running: b,
                 waiting: true,
+                ..RunqSample::default()
             }
         };
         let mut c = ctl(4);
@@ -660,6 +749,7 @@ mod tests {
             on_cpu_ns: 80,
             running: 2,
             waiting: true,
+            ..RunqSample::default()
         };
         assert_eq!(c.update(mild), Step::Hold);
         assert_eq!(c.budget(), 2);
@@ -698,6 +788,7 @@ mod tests {
             on_cpu_ns: 92 * b,
             running: b,
             waiting: true,
+            ..RunqSample::default()
         };
         for _ in 0..4 {
             c.update(eight(b));

@@ -77,6 +77,7 @@
 //!   visible); a stale positive value costs one lock that answers no.
 
 use std::collections::BTreeSet;
+use std::time::Instant;
 
 use crate::SlotsError;
 use crate::scheduler::Scheduler;
@@ -157,6 +158,16 @@ pub(crate) struct Stats {
     pub(crate) unparks: u64,
     pub(crate) unpark_borrows: u64,
     pub(crate) yields: u64,
+    /// `waiting_us`, in ns, up to `Blocked::since`.
+    pub(crate) waiting_ns: u64,
+}
+
+/// The blocked `acquire` calls now and since when that count holds: the
+/// time-weighted count `waiting_us` accrues as they wait.
+#[derive(Debug, Default)]
+struct Blocked {
+    now: u64,
+    since: Option<Instant>,
 }
 
 /// The state behind the mutex.
@@ -180,6 +191,7 @@ pub(crate) struct SchedulerState {
     pub(crate) yield_needed: Arc<AtomicU64>,
     pub(crate) scheduler: Scheduler,
     pub(crate) stats: Stats,
+    blocked: Blocked,
     slab: Vec<Option<AllocState>>,
     free_ids: Vec<u32>,
     circular: [CircularWaiters; 2],
@@ -208,6 +220,7 @@ impl SchedulerState {
             yield_needed: Arc::new(AtomicU64::new(0)),
             scheduler: Scheduler::default(),
             stats: Stats::default(),
+            blocked: Blocked::default(),
             slab: Vec::new(),
             free_ids: Vec::new(),
             circular: [CircularWaiters::default(), CircularWaiters::default()],
@@ -581,6 +594,23 @@ impl SchedulerState {
         } else {
             st.blocked -= 1;
         }
+        let now = Instant::now();
+        self.stats.waiting_ns = self.waiting_ns_at(now);
+        let b = &mut self.blocked;
+        b.now = if enter { b.now + 1 } else { b.now - 1 };
+        b.since = Some(now);
+    }
+
+    /// `waiting_us` in ns at `now`: what accrued up to the last change of
+    /// the blocked count, plus that count times the time since.
+    fn waiting_ns_at(&self, now: Instant) -> u64 {
+        let b = &self.blocked;
+        let since = b.since.map_or(0, |t| {
+            u64::try_from(now.saturating_duration_since(t).as_nanos()).unwrap_or(u64::MAX)
+        });
+        self.stats
+            .waiting_ns
+            .saturating_add(b.now.saturating_mul(since))
     }
 
     pub(crate) fn set_max_concurrency(&mut self, value: u64) {
@@ -765,6 +795,7 @@ impl SchedulerState {
             max_concurrency: self.max,
             budget_effective: self.limit(),
             yields: self.stats.yields,
+            waiting_us: self.waiting_ns_at(Instant::now()) / 1000,
             cur_concurrency: self.cur,
             allocations: self.allocations,
             waiters: self.waiters,

@@ -1,4 +1,7 @@
-//! The adaptive effective budget and `should_yield`, deterministically.
+//! The adaptive effective budget and `should_yield`, deterministically; the
+//! waiter signal `waiting_us` (lower bounds on real waits).
+
+use std::time::Duration;
 
 use slotring_slots::{ConcurrencyControl, Scheduler, UNLIMITED};
 
@@ -98,4 +101,36 @@ fn checkpoint_is_should_yield_plus_a_cpu_yield_per_interval() {
         );
     }
     drop(s1);
+}
+
+#[test]
+fn waiting_us_accrues_while_acquirers_are_blocked_and_stops_after() {
+    let cc = ConcurrencyControl::new();
+    cc.set_max_concurrency(1);
+    let holder = cc.allocate(0, 1).unwrap();
+    let h = holder.try_acquire().unwrap();
+    let a = cc.allocate(0, 1).unwrap();
+    let waiting = || cc.counters().waiting_us;
+    assert_eq!(waiting(), 0, "nothing blocked yet");
+    std::thread::scope(|s| {
+        let t = s.spawn(|| a.acquire().map(|s| s.slot_id()));
+        let t0 = std::time::Instant::now();
+        while waiting() == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "never blocked");
+            std::thread::yield_now();
+        }
+        // In progress: the wait is counted before it ends (wait_us is not).
+        let w0 = waiting();
+        std::thread::sleep(Duration::from_millis(20));
+        let c = cc.counters();
+        assert!(c.waiting_us >= w0 + 20_000, "{} after {w0}", c.waiting_us);
+        assert_eq!(c.wait_us, 0, "wait_us is added when the wait ends");
+        drop(h);
+        assert_eq!(t.join().unwrap(), Ok(0));
+    });
+    // Ended: it stops growing, and it is the wait that wait_us saw.
+    let c = cc.counters();
+    std::thread::sleep(Duration::from_millis(5));
+    assert_eq!(waiting(), c.waiting_us, "no blocked acquirer, no growth");
+    assert!(c.waiting_us >= 20_000 && c.waiting_us <= c.wait_us, "{c:?}");
 }
