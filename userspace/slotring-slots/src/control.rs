@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use slotring_throttle::Tenant;
+use slotring_throttle::{Tenant, WorkloadTree};
 
 use crate::SlotsError;
 use crate::control_shared::{ControlShared, SlotState, Yielder};
@@ -13,6 +13,7 @@ use crate::scheduler::Scheduler;
 use crate::scheduler_state::{AllocShared, SchedulerState};
 use crate::slot::AcquiredSlot;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, take_one};
+use crate::workloads::WorkloadSlots;
 use crate::{SlotsCounters, UNLIMITED};
 
 /// A global budget of CPU slots shared by allocations (ClickHouse's
@@ -129,14 +130,72 @@ impl ConcurrencyControl {
     /// `min` is granted at once (counting against the budget under round
     /// robin, non-competing under the fair schedulers); then free capacity is
     /// granted eagerly towards `max`, and the allocation waits for the rest.
+    ///
+    /// Errors: [`SlotsError::MinAboveMax`]; [`SlotsError::WorkloadRequired`]
+    /// when the control has a workload tree (use
+    /// [`ConcurrencyControl::allocate_in`]).
     pub fn allocate(&self, min: u64, max: u64) -> Result<Allocation, SlotsError> {
-        let (id, alloc) = self.shared.lock().allocate(min, max)?;
+        self.allocate_at(min, max, None)
+    }
+
+    /// As [`ConcurrencyControl::allocate`], in the leaf workload named
+    /// `workload` of the control's tree: its slots count against
+    /// `max_concurrent_threads` of that workload and of every ancestor, and
+    /// the tree decides which workload's waiter a free slot goes to (see the
+    /// `workloads` module docs).
+    ///
+    /// Errors: [`SlotsError::NoWorkloadTree`] without a tree,
+    /// [`SlotsError::UnknownWorkload`], [`SlotsError::WorkloadNotALeaf`],
+    /// [`SlotsError::MinAboveMax`].
+    pub fn allocate_in(
+        &self,
+        workload: &str,
+        min: u64,
+        max: u64,
+    ) -> Result<Allocation, SlotsError> {
+        self.allocate_at(min, max, Some(workload))
+    }
+
+    fn allocate_at(
+        &self,
+        min: u64,
+        max: u64,
+        workload: Option<&str>,
+    ) -> Result<Allocation, SlotsError> {
+        let (id, alloc) = self.shared.lock().allocate(min, max, workload)?;
         Ok(Allocation {
             shared: self.shared.clone(),
             id,
             alloc,
             tenant: None,
         })
+    }
+
+    /// A new, unlimited budget (as [`ConcurrencyControl::new`]) that
+    /// schedules by the workload tree `tree` from the start.
+    pub fn with_workloads(tree: &WorkloadTree) -> Self {
+        let cc = Self::new();
+        cc.set_workloads(tree)
+            .expect("a control without allocations accepts any tree");
+        cc
+    }
+
+    /// Schedule by `tree` from now on (a first tree, or a live change).
+    /// Workloads are carried by name with their waiters, holdings and
+    /// borrows; waiters that the new limits, priorities or weights let go
+    /// are granted at once; a lowered limit takes nothing back.
+    ///
+    /// Errors (nothing changes): [`SlotsError::WorkloadBusy`] naming a
+    /// workload that would be removed or given children while it has
+    /// allocations or counted slots; [`SlotsError::Unclassified`] for a
+    /// first tree while allocations made without one live.
+    pub fn set_workloads(&self, tree: &WorkloadTree) -> Result<(), SlotsError> {
+        self.shared.lock().set_workloads(tree)
+    }
+
+    /// Every workload's numbers, parents first (empty without a tree).
+    pub fn workloads(&self) -> Vec<WorkloadSlots> {
+        self.shared.lock().workloads()
     }
 
     /// A snapshot of the counters and gauges.
@@ -193,6 +252,11 @@ impl Allocation {
     pub fn with_tenant(mut self, tenant: Tenant) -> Self {
         self.tenant = Some(tenant);
         self
+    }
+
+    /// The workload it entered ([`ConcurrencyControl::allocate_in`]), if any.
+    pub fn workload(&self) -> Option<&str> {
+        self.alloc.workload.as_ref().map(|w| w.name.as_str())
     }
 
     /// The tenant this allocation's slots carry, if any.

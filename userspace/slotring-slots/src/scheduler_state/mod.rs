@@ -8,7 +8,9 @@
 //! takes lock-free (see [`crate::sync::take_one`] for their memory ordering),
 //! and the two `slots_acquired*` statistics.
 //!
-//! Waiter lists:
+//! Waiter lists (the `waiters` module): one queue without a workload tree,
+//! one per workload with one (the `workloads` module picks the queue of
+//! each slot); in each queue
 //! * round robin and fair round robin: a circular doubly-linked list threaded
 //!   through the allocation slab, with a cursor on the next allocation to
 //!   serve; a new waiter is inserted just before the cursor (ClickHouse's
@@ -17,10 +19,12 @@
 //! * max-min fair: an ordered set of `(allocated, sequence, id)`; a grant
 //!   removes the first entry and re-inserts it with `allocated + 1`.
 //!
-//! No stranded waiters: [`SchedulerState::schedule`] runs all three
-//! schedulers on every call (the active one last) and each loops until its
-//! list is empty or the budget is full. Hence after every operation: `cur < max` ⇒ no waiter in
-//! any list, whichever scheduler each waiter was created under.
+//! No stranded waiters: [`SchedulerState::schedule`] grants while the
+//! budget has room and some queue may take a slot, serving each queue's
+//! three lists (the active scheduler's last), whichever scheduler each
+//! waiter was created under. Hence after every operation: `cur < limit` ⇒
+//! no waiter that its workloads' `max_concurrent_threads` let go (without a
+//! tree: no waiter at all).
 //!
 //! Wake-ups: a blocking `acquire` waits on its allocation's condvar with the
 //! state mutex (counted in `blocked`), so a notify under the mutex is never
@@ -76,12 +80,14 @@
 //!   stale 0 only delays a yield to a later checkpoint (the store becomes
 //!   visible); a stale positive value costs one lock that answers no.
 
-use std::collections::BTreeSet;
+mod waiters;
 
 use crate::SlotsError;
 use crate::scheduler::Scheduler;
 use crate::sync::{Arc, AtomicU64, Condvar, Ordering};
+use crate::workloads::{GONE, SlotTree, WorkloadRef, WorkloadSlots};
 use crate::{SlotsCounters, UNLIMITED};
+use waiters::LeafQueue;
 
 const NIL: u32 = u32::MAX;
 
@@ -103,10 +109,12 @@ pub(crate) struct AllocShared {
     pub(crate) held: AtomicU64,
     /// Yields promised by `should_yield` and not yet made (under the mutex).
     pub(crate) owed: AtomicU64,
+    /// The workload it entered (with a tree): its slots count there.
+    pub(crate) workload: Option<Arc<WorkloadRef>>,
 }
 
 impl AllocShared {
-    fn new(id: u32, granted: u64, noncompeting: u64) -> Self {
+    fn new(id: u32, granted: u64, noncompeting: u64, workload: Option<Arc<WorkloadRef>>) -> Self {
         Self {
             granted: AtomicU64::new(granted),
             noncompeting: AtomicU64::new(noncompeting),
@@ -115,6 +123,7 @@ impl AllocShared {
             id,
             held: AtomicU64::new(0),
             owed: AtomicU64::new(0),
+            workload,
         }
     }
 }
@@ -133,17 +142,11 @@ struct AllocState {
     in_waiters: bool,
     freed: bool,
     blocked: u32,
+    /// The queue it waits in: its workload's node (0 without a tree).
+    queue: usize,
     prev: u32,
     next: u32,
     shared: Arc<AllocShared>,
-}
-
-/// A circular waiter list (round robin, fair round robin): its cursor (the
-/// next allocation to serve) and length; the links live in the slab.
-#[derive(Debug, Default)]
-struct CircularWaiters {
-    cursor: Option<u32>,
-    len: usize,
 }
 
 /// Plain counters kept under the mutex.
@@ -182,8 +185,11 @@ pub(crate) struct SchedulerState {
     pub(crate) stats: Stats,
     slab: Vec<Option<AllocState>>,
     free_ids: Vec<u32>,
-    circular: [CircularWaiters; 2],
-    mmf: BTreeSet<(u64, u64, u32)>,
+    /// The waiter lists: one queue without a tree, one per workload (at
+    /// its node's index) with one.
+    queues: Vec<LeafQueue>,
+    /// The workload tree, if any (see the `workloads` module).
+    tree: Option<SlotTree>,
     next_seq: u64,
 }
 
@@ -210,8 +216,8 @@ impl SchedulerState {
             stats: Stats::default(),
             slab: Vec::new(),
             free_ids: Vec::new(),
-            circular: [CircularWaiters::default(), CircularWaiters::default()],
-            mmf: BTreeSet::new(),
+            queues: vec![LeafQueue::default()],
+            tree: None,
             next_seq: 0,
         }
     }
@@ -253,178 +259,30 @@ impl SchedulerState {
         }
     }
 
-    // ---- waiter lists --------------------------------------------------
-
-    fn circular_insert(&mut self, r: usize, id: u32) {
-        match self.circular[r].cursor {
-            None => {
-                let st = self.st_mut(id);
-                st.prev = id;
-                st.next = id;
-                self.circular[r].cursor = Some(id);
-            }
-            Some(c) => {
-                let p = self.st(c).prev;
-                self.st_mut(p).next = id;
-                self.st_mut(c).prev = id;
-                let st = self.st_mut(id);
-                st.prev = p;
-                st.next = c;
-            }
-        }
-        self.circular[r].len += 1;
-    }
-
-    fn circular_remove(&mut self, r: usize, id: u32) {
-        let (p, n) = {
-            let st = self.st(id);
-            (st.prev, st.next)
-        };
-        if self.circular[r].len == 1 {
-            self.circular[r].cursor = None;
-        } else {
-            self.st_mut(p).next = n;
-            self.st_mut(n).prev = p;
-            if self.circular[r].cursor == Some(id) {
-                self.circular[r].cursor = Some(n);
-            }
-        }
-        let st = self.st_mut(id);
-        st.prev = NIL;
-        st.next = NIL;
-        self.circular[r].len -= 1;
-    }
-
-    fn add_waiter(&mut self, id: u32) {
-        let (kind, key) = {
-            let st = self.st_mut(id);
-            debug_assert!(!st.in_waiters);
-            st.in_waiters = true;
-            (st.kind, (st.allocated, st.seq, id))
-        };
-        match kind {
-            Scheduler::MaxMinFair => {
-                self.mmf.insert(key);
-            }
-            k => self.circular_insert(k.index(), id),
-        }
-        self.waiters += 1;
-    }
-
-    fn remove_waiter(&mut self, id: u32) {
-        let (kind, key) = {
-            let st = self.st_mut(id);
-            debug_assert!(st.in_waiters);
-            st.in_waiters = false;
-            (st.kind, (st.allocated, st.seq, id))
-        };
-        match kind {
-            Scheduler::MaxMinFair => {
-                let removed = self.mmf.remove(&key);
-                debug_assert!(removed);
-            }
-            k => self.circular_remove(k.index(), id),
-        }
-        self.waiters -= 1;
-    }
-
-    /// Grant one competing slot (already counted in `cur`) to `id`; returns
-    /// whether it still wants more.
-    fn grant(&mut self, id: u32) -> bool {
-        let shared = self.st(id).shared.clone();
-        self.held_add(&shared, 1);
-        let st = self.st_mut(id);
-        st.allocated += 1;
-        st.shared.granted.fetch_add(1, Ordering::Relaxed);
-        let wants_more = st.allocated < st.limit;
-        if st.blocked > 0 {
-            if wants_more {
-                st.shared.cv.notify_one();
-            } else {
-                // The last grant it will get: one blocked acquirer takes it,
-                // the others must wake to return `Exhausted` (or they would
-                // sleep forever).
-                st.shared.cv.notify_all();
-            }
-        }
-        wants_more
-    }
-
-    /// Run all three schedulers, the active one last.
-    pub(crate) fn schedule(&mut self) {
-        if self.waiters == 0 {
-            return;
-        }
-        let order = match self.scheduler {
-            Scheduler::RoundRobin => [
-                Scheduler::FairRoundRobin,
-                Scheduler::MaxMinFair,
-                Scheduler::RoundRobin,
-            ],
-            Scheduler::FairRoundRobin => [
-                Scheduler::RoundRobin,
-                Scheduler::MaxMinFair,
-                Scheduler::FairRoundRobin,
-            ],
-            Scheduler::MaxMinFair => [
-                Scheduler::RoundRobin,
-                Scheduler::FairRoundRobin,
-                Scheduler::MaxMinFair,
-            ],
-        };
-        for s in order {
-            self.schedule_one(s);
-        }
-    }
-
-    fn schedule_one(&mut self, s: Scheduler) {
-        match s {
-            Scheduler::MaxMinFair => {
-                while self.cur < self.limit() {
-                    let Some(&key) = self.mmf.first() else { break };
-                    let (allocated, seq, id) = key;
-                    self.cur += 1;
-                    if self.grant(id) {
-                        // Insert the new key before removing the old one, so a
-                        // set of one never frees and reallocates its node.
-                        self.mmf.insert((allocated + 1, seq, id));
-                    } else {
-                        self.st_mut(id).in_waiters = false;
-                        self.waiters -= 1;
-                    }
-                    self.mmf.remove(&key);
-                }
-            }
-            k => {
-                let r = k.index();
-                while self.cur < self.limit() {
-                    let Some(id) = self.circular[r].cursor else {
-                        break;
-                    };
-                    self.cur += 1;
-                    if self.grant(id) {
-                        self.circular[r].cursor = Some(self.st(id).next);
-                    } else {
-                        self.circular_remove(r, id);
-                        self.st_mut(id).in_waiters = false;
-                        self.waiters -= 1;
-                    }
-                }
-            }
-        }
-    }
-
     // ---- operations ----------------------------------------------------
 
-    /// `allocate(min, max)` under the active scheduler.
+    /// `allocate(min, max)` under the active scheduler, entering
+    /// `workload` (a leaf of the tree; `None` without a tree).
     pub(crate) fn allocate(
         &mut self,
         min: u64,
         max: u64,
+        workload: Option<&str>,
     ) -> Result<(u32, Arc<AllocShared>), SlotsError> {
         if min > max {
             return Err(SlotsError::MinAboveMax { min, max });
         }
+        let workload = match (&mut self.tree, workload) {
+            (None, None) => None,
+            (Some(tree), Some(name)) => Some(tree.enter(name)?),
+            (None, Some(name)) => {
+                return Err(SlotsError::NoWorkloadTree {
+                    workload: name.to_owned(),
+                });
+            }
+            (Some(_), None) => return Err(SlotsError::WorkloadRequired),
+        };
+        let queue = workload.as_ref().map_or(0, |w| w.index());
         let kind = self.scheduler;
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -443,7 +301,7 @@ impl SchedulerState {
                 u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 live allocations")
             }
         };
-        let shared = Arc::new(AllocShared::new(id, granted, noncompeting));
+        let shared = Arc::new(AllocShared::new(id, granted, noncompeting, workload));
         if granted > 0 {
             self.held_add(&shared, granted);
         }
@@ -458,6 +316,7 @@ impl SchedulerState {
             in_waiters: false,
             freed: false,
             blocked: 0,
+            queue,
             prev: NIL,
             next: NIL,
             shared: shared.clone(),
@@ -549,6 +408,9 @@ impl SchedulerState {
         if in_waiters {
             self.remove_waiter(id);
         }
+        if let (Some(tree), Some(w)) = (&mut self.tree, &shared.workload) {
+            tree.leave(w.index());
+        }
         self.allocations -= 1;
         self.schedule();
         self.refresh_yield();
@@ -617,18 +479,26 @@ impl SchedulerState {
 
     // ---- yields --------------------------------------------------------
 
+    /// `a` counts `n` more slots: against its workloads too.
     fn held_add(&mut self, a: &AllocShared, n: u64) {
         if n == 0 {
             return;
+        }
+        if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
+            tree.add(w.index(), n);
         }
         if a.held.fetch_add(n, Ordering::Relaxed) == 0 {
             self.holders += 1;
         }
     }
 
+    /// `a` counts `n` fewer slots: against its workloads too.
     fn held_sub(&mut self, a: &AllocShared, n: u64) {
         if n == 0 {
             return;
+        }
+        if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
+            tree.sub(w.index(), n);
         }
         let before = a.held.fetch_sub(n, Ordering::Relaxed);
         debug_assert!(before >= n, "held {before} < {n}");
@@ -740,6 +610,9 @@ impl SchedulerState {
         self.stats.unparks += 1;
         if competing {
             if let Some(a) = alloc {
+                if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
+                    tree.borrow_for_unpark(w.index());
+                }
                 self.held_add(a, 1);
             }
             if self.cur >= self.limit() {
@@ -749,6 +622,45 @@ impl SchedulerState {
             self.cur += 1;
         }
         self.refresh_yield();
+    }
+
+    /// Schedule by `spec` from now on (see the `workloads` module for what
+    /// a change carries and refuses). The first tree refuses while
+    /// allocations made without one live.
+    pub(crate) fn set_workloads(
+        &mut self,
+        spec: &slotring_throttle::WorkloadTree,
+    ) -> Result<(), SlotsError> {
+        if self.tree.is_none() && self.allocations > 0 {
+            return Err(SlotsError::Unclassified {
+                allocations: self.allocations,
+            });
+        }
+        let (tree, map) = SlotTree::rebuild(self.tree.as_ref(), spec)?;
+        let mut queues: Vec<LeafQueue> = (0..tree.len()).map(|_| LeafQueue::default()).collect();
+        if self.tree.is_some() {
+            for (old, q) in std::mem::take(&mut self.queues).into_iter().enumerate() {
+                match map[old] {
+                    GONE => debug_assert_eq!(q.len, 0, "a workload with waiters is kept"),
+                    new => queues[new] = q,
+                }
+            }
+            for st in self.slab.iter_mut().flatten() {
+                if let Some(w) = &st.shared.workload {
+                    st.queue = w.index();
+                }
+            }
+        }
+        self.queues = queues;
+        self.tree = Some(tree);
+        self.schedule();
+        self.refresh_yield();
+        Ok(())
+    }
+
+    /// Every workload's numbers (empty without a tree).
+    pub(crate) fn workloads(&self) -> Vec<WorkloadSlots> {
+        self.tree.as_ref().map_or_else(Vec::new, SlotTree::snapshot)
     }
 
     pub(crate) fn snapshot(&self, acquired: u64, acquired_nc: u64) -> SlotsCounters {
