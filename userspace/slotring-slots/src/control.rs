@@ -46,12 +46,14 @@ impl ConcurrencyControl {
         crate::lease::install_lease_hook();
         let state = SchedulerState::new();
         let yield_needed = state.yield_needed.clone();
+        let gauges = state.gauges.clone();
         Self {
             shared: Arc::new(ControlShared {
                 state: Mutex::new(state),
                 slots_acquired: AtomicU64::new(0),
                 slots_acquired_nc: AtomicU64::new(0),
                 yield_needed,
+                gauges,
             }),
         }
     }
@@ -187,8 +189,9 @@ impl ConcurrencyControl {
     ///
     /// Errors (nothing changes): [`SlotsError::WorkloadBusy`] naming a
     /// workload that would be removed or given children while it has
-    /// allocations or counted slots; [`SlotsError::Unclassified`] for a
-    /// first tree while allocations made without one live.
+    /// allocations, counted or parked slots; [`SlotsError::WorkloadMoved`]
+    /// naming a workload given another parent; [`SlotsError::Unclassified`]
+    /// for a first tree while allocations made without one live.
     pub fn set_workloads(&self, tree: &WorkloadTree) -> Result<(), SlotsError> {
         self.shared.lock().set_workloads(tree)
     }
@@ -468,5 +471,69 @@ impl SlotAllocation for GrantedAllocation {
     }
     fn is_requesting(&self) -> bool {
         false
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use slotring_throttle::{WorkloadSpec, WorkloadTree};
+
+    use super::ConcurrencyControl;
+
+    /// Drop `slot` on another thread; whether it finished within `wait`.
+    fn released_within(slot: crate::AcquiredSlot, wait: Duration) -> (bool, mpsc::Receiver<()>) {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            drop(slot);
+            let _ = tx.send(());
+        });
+        (rx.recv_timeout(wait).is_ok(), rx)
+    }
+
+    #[test]
+    fn a_release_with_nothing_queued_takes_no_lock_and_one_with_a_waiter_does() {
+        let tree = WorkloadTree::new(vec![
+            WorkloadSpec::new("all"),
+            WorkloadSpec::new("x")
+                .parent("all")
+                .max_concurrent_threads(3),
+        ])
+        .unwrap();
+        let cc = ConcurrencyControl::with_workloads(&tree);
+        let a = cc.allocate_in("x", 0, 3).unwrap();
+        let s0 = a.try_acquire().unwrap();
+        let s1 = a.try_acquire().unwrap();
+        let s2 = a.try_acquire().unwrap();
+        let held = |cc: &ConcurrencyControl| cc.workloads()[1].held;
+        {
+            let _state = cc.shared.lock();
+            let (done, _) = released_within(s1, Duration::from_secs(10));
+            assert!(done, "nothing queues: released while the mutex is held");
+        }
+        assert_eq!((held(&cc), cc.counters().cur_concurrency), (2, 2));
+        // A waiter: the release must take the mutex to hand its place on.
+        let b = cc.allocate_in("x", 0, 2).unwrap();
+        assert_eq!(b.granted(), 1, "x's freed place");
+        let rx = {
+            let _state = cc.shared.lock();
+            let (done, rx) = released_within(s2, Duration::from_millis(50));
+            assert!(!done, "a waiter: the release waits for the mutex");
+            rx
+        };
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(b.granted(), 2, "the released place went to the waiter");
+        // The allocation's last slot changes the holders: under the mutex.
+        drop(b);
+        let rx = {
+            let _state = cc.shared.lock();
+            let (done, rx) = released_within(s0, Duration::from_millis(50));
+            assert!(!done, "the last slot of its allocation");
+            rx
+        };
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(held(&cc), 0);
     }
 }

@@ -109,6 +109,17 @@ pub enum SlotsError {
         /// What the change tried.
         change: &'static str,
     },
+    /// A tree change that moves a workload to another parent (remove it,
+    /// then add it under the new one): its slots' paths are fixed.
+    #[error("workload `{workload}`: a live change cannot move it from `{from}` to `{to}`")]
+    WorkloadMoved {
+        /// The workload.
+        workload: String,
+        /// Its parent now (`(root)` for the root).
+        from: String,
+        /// The parent asked for.
+        to: String,
+    },
     /// A first workload tree while allocations made without one live (they
     /// belong to no workload).
     #[error("{allocations} allocations without a workload are live: a workload tree refused")]
@@ -178,6 +189,14 @@ mod tests {
                 "`etl` still has 2 allocations and 3 counted slots: removing it",
             ),
             (SlotsError::Unclassified { allocations: 4 }, "4 allocations"),
+            (
+                SlotsError::WorkloadMoved {
+                    workload: "etl".into(),
+                    from: "batch".into(),
+                    to: "user".into(),
+                },
+                "`etl`: a live change cannot move it from `batch` to `user`",
+            ),
             (
                 SlotsError::Timeout {
                     timeout: Duration::from_millis(250),

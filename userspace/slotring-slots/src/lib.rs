@@ -32,7 +32,9 @@
 //!
 //! Design: one mutex-protected `pub(crate)` scheduler state behind thin
 //! wrappers (see the `scheduler_state` module for the waiter lists and the
-//! invariants). The code runs unchanged under loom
+//! invariants); `try_acquire` never locks, and a release locks only when
+//! something queues, a yield is wanted, or it is its allocation's last
+//! slot (the `scheduler_state::lock_free` module). The code runs unchanged under loom
 //! (`RUSTFLAGS="--cfg loom"`) through the `sync` facade.
 //!
 //! This crate knows nothing of io_uring, tokio, BPF or Prometheus.

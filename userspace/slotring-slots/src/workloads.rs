@@ -50,18 +50,25 @@
 //!   schedulers: **`held − borrowed ≤ max_concurrent_threads`**.
 //! * **Live changes** (`set_workloads`) carry every workload by name: its
 //!   waiters, holdings, borrows and virtual counts; weights, priorities,
-//!   limits and parents may change. A workload that still has allocations
-//!   or counted slots cannot be removed or given children (a typed error
+//!   limits may change, parents may not (remove the workload, then add it
+//!   under the new parent). A workload that still has allocations, counted
+//!   or parked slots cannot be removed or given children (a typed error
 //!   naming it); a lowered limit takes nothing back, it withholds grants.
 //!
 //! # Locking
 //!
 //! The tree lives in the scheduler state, behind its one mutex: grants,
-//! releases, parks and unparks already take it, and the tree's counts
-//! change only there, in the same critical section as the global count.
-//! `try_acquire` takes no lock and touches no node: the grant that made a
-//! slot available charged its path already, so taking it is the same CAS
-//! on the allocation's `granted` as without a tree.
+//! parks, unparks and live changes take it, and the tree's counts rise
+//! only there, in the same critical section as the global count. Two
+//! things need no lock. `try_acquire` touches no node: the grant that made
+//! a slot available charged its path already, so taking it is the same CAS
+//! on the allocation's `granted` as without a tree. A release while
+//! nothing queues lowers each node's `held` on its path with atomics (the
+//! count lives on the workload's identity, [`WorkloadRef`], whose `parent`
+//! links are the path, fixed since a live change cannot move a workload);
+//! see the `scheduler_state::lock_free` module for why no waiter is
+//! stranded. A node's borrowed count is read as `min(borrowed, held −
+//! max)`, so such a release repays a borrow with no lock either.
 
 use std::collections::HashMap;
 
@@ -77,11 +84,19 @@ use crate::{SlotsError, UNLIMITED};
 pub const GRANT_SCALE: u128 = 720_720 << 16;
 
 /// A workload's identity across live changes: an allocation and its slots
-/// keep it, and find their node through it.
+/// keep it, find their node through it, and the lock-free release
+/// uncounts its slot along its `parent` links.
 #[derive(Debug)]
 pub(crate) struct WorkloadRef {
     /// The workload's name.
     pub(crate) name: String,
+    /// Its parent's identity: fixed for its life (a live change cannot
+    /// move a workload), so the path is known without the lock.
+    pub(crate) parent: Option<Arc<WorkloadRef>>,
+    /// Slots counted against it (`SeqCst`: see the `scheduler_state`
+    /// module's lock-free release). Raised only under the state mutex;
+    /// lowered there or by the lock-free release.
+    pub(crate) held: AtomicU64,
     /// Its node's index in the current tree (written under the state mutex).
     index: AtomicU64,
 }
@@ -90,6 +105,10 @@ impl WorkloadRef {
     /// Its node's index (read under the state mutex).
     pub(crate) fn index(&self) -> usize {
         self.index.load(Ordering::Relaxed) as usize
+    }
+
+    fn held(&self) -> u64 {
+        self.held.load(Ordering::SeqCst)
     }
 }
 
@@ -104,6 +123,8 @@ pub struct WorkloadSlots {
     pub held: u64,
     /// Of those, taken back by unparks beyond its limit.
     pub borrowed: u64,
+    /// Parked slots of the allocations entered at it (a leaf).
+    pub parked: u64,
     /// Live allocations entered at it (a leaf).
     pub allocations: u64,
     /// Slots granted through it, in total.
@@ -121,11 +142,11 @@ struct Node {
     weight: u32,
     /// `max_concurrent_threads`, [`UNLIMITED`] when none.
     max: u64,
-    /// Slots counted by allocations entered here.
-    own: u64,
-    /// `own` plus the children's `held`.
-    held: u64,
+    /// Borrowed slots as last clamped: the count is
+    /// `min(borrowed, held − max)` ([`Node::borrowed`]), since a lock-free
+    /// release lowers `held` without the lock.
     borrowed: u64,
+    parked: u64,
     allocations: u64,
     /// The virtual count of grants through it, among its siblings.
     vr: u128,
@@ -150,8 +171,23 @@ impl Node {
         }
     }
 
+    /// The borrowed count: never above the overshoot `held − max`.
+    fn borrowed(&self) -> u64 {
+        self.borrowed.min(self.id.held().saturating_sub(self.max))
+    }
+
+    /// Store [`Node::borrowed`]: before every raise of `held` and every
+    /// change of `max` (so that a borrow repaid by a lock-free release is
+    /// not counted again when the overshoot grows), and after every
+    /// decrease under the lock.
     fn clamp_borrowed(&mut self) {
-        self.borrowed = self.borrowed.min(self.held.saturating_sub(self.max));
+        self.borrowed = self.borrowed();
+    }
+
+    /// Whether anything still counts here: allocations, counted or parked
+    /// slots.
+    fn busy(&self) -> bool {
+        self.allocations > 0 || self.id.held() > 0 || self.parked > 0
     }
 }
 
@@ -169,6 +205,41 @@ pub(crate) struct SlotTree {
 pub(crate) const GONE: usize = usize::MAX;
 
 impl SlotTree {
+    /// Refuse a change that `old` cannot make into `spec`: a busy workload
+    /// removed or given children (leaves first, so a leaf is named before
+    /// its ancestors), any workload moved to another parent.
+    fn check_change(old: &SlotTree, spec: &WorkloadTree) -> Result<(), SlotsError> {
+        for n in old.nodes.iter().rev() {
+            let name = &n.id.name;
+            if let Some(new) = spec.get(name) {
+                let was = n.id.parent.as_ref().map(|p| p.name.as_str());
+                if new.parent.as_deref() != was {
+                    let root = || "(root)".to_owned();
+                    return Err(SlotsError::WorkloadMoved {
+                        workload: name.clone(),
+                        from: was.map_or_else(root, str::to_owned),
+                        to: new.parent.clone().unwrap_or_else(root),
+                    });
+                }
+            }
+            if !n.busy() {
+                continue;
+            }
+            let change = match spec.get(name) {
+                None => "removing it",
+                Some(_) if !spec.is_leaf(name) && n.children.is_empty() => "giving it children",
+                Some(_) => continue,
+            };
+            return Err(SlotsError::WorkloadBusy {
+                workload: name.clone(),
+                allocations: n.allocations,
+                slots: n.id.held() + n.parked,
+                change,
+            });
+        }
+        Ok(())
+    }
+
     /// The tree of `spec`, carrying by name what `old` knows (waiters move
     /// with the map returned: old index → new index, or [`GONE`]).
     pub(crate) fn rebuild(
@@ -176,19 +247,7 @@ impl SlotTree {
         spec: &WorkloadTree,
     ) -> Result<(SlotTree, Vec<usize>), SlotsError> {
         if let Some(old) = old {
-            for n in old.nodes.iter().filter(|n| n.allocations > 0 || n.own > 0) {
-                let change = match spec.get(&n.id.name) {
-                    None => "removing it",
-                    Some(_) if !spec.is_leaf(&n.id.name) => "giving it children",
-                    Some(_) => continue,
-                };
-                return Err(SlotsError::WorkloadBusy {
-                    workload: n.id.name.clone(),
-                    allocations: n.allocations,
-                    slots: n.own,
-                    change,
-                });
-            }
+            Self::check_change(old, spec)?;
         }
         let mut index = HashMap::with_capacity(spec.specs().len());
         let mut nodes: Vec<Node> = Vec::with_capacity(spec.specs().len());
@@ -199,37 +258,34 @@ impl SlotTree {
                 Some(w) => w.id.clone(),
                 None => Arc::new(WorkloadRef {
                     name: s.name.clone(),
+                    parent: parent.map(|p: usize| nodes[p].id.clone()),
+                    held: AtomicU64::new(0),
                     index: AtomicU64::new(0),
                 }),
             };
             id.index.store(i as u64, Ordering::Relaxed);
-            nodes.push(Node {
+            let mut node = Node {
                 id,
                 parent,
                 children: Vec::new(),
                 priority: s.priority,
                 weight: s.weight,
                 max: s.max_concurrent_threads.unwrap_or(UNLIMITED),
-                own: was.map_or(0, |w| w.own),
-                held: 0,
-                borrowed: was.map_or(0, |w| w.borrowed),
+                // Clamped under the old limit before the new one applies.
+                borrowed: was.map_or(0, Node::borrowed),
+                parked: was.map_or(0, |w| w.parked),
                 allocations: was.map_or(0, |w| w.allocations),
                 vr: was.map_or(0, |w| w.vr),
                 levels: was.map_or_else(Vec::new, |w| w.levels.clone()),
                 grants: was.map_or(0, |w| w.grants),
                 borrows: was.map_or(0, |w| w.borrows),
-            });
+            };
+            node.clamp_borrowed();
+            nodes.push(node);
             if let Some(p) = parent {
                 nodes[p].children.push(i);
             }
             index.insert(s.name.clone(), i);
-        }
-        for i in (0..nodes.len()).rev() {
-            nodes[i].held += nodes[i].own;
-            nodes[i].clamp_borrowed();
-            if let Some(p) = nodes[i].parent {
-                nodes[p].held += nodes[i].held;
-            }
         }
         let map = old.map_or_else(Vec::new, |o| {
             o.nodes
@@ -278,37 +334,51 @@ impl SlotTree {
 
     /// `n` slots start counting at `leaf` and above.
     pub(crate) fn add(&mut self, leaf: usize, n: u64) {
-        self.nodes[leaf].own += n;
         let mut at = Some(leaf);
         while let Some(i) = at {
-            self.nodes[i].held += n;
-            at = self.nodes[i].parent;
+            let node = &mut self.nodes[i];
+            node.clamp_borrowed();
+            node.id.held.fetch_add(n, Ordering::SeqCst);
+            at = node.parent;
         }
     }
 
     /// `n` slots stop counting at `leaf` and above; borrows are repaid
     /// first (see the module docs).
     pub(crate) fn sub(&mut self, leaf: usize, n: u64) {
-        self.nodes[leaf].own -= n;
         let mut at = Some(leaf);
         while let Some(i) = at {
             let node = &mut self.nodes[i];
-            node.held -= n;
+            let before = node.id.held.fetch_sub(n, Ordering::SeqCst);
+            debug_assert!(before >= n, "{} held {before} < {n}", node.id.name);
             node.clamp_borrowed();
             at = node.parent;
         }
     }
 
-    /// An unpark at `leaf` is about to count again: every node of the path
-    /// without room borrows.
-    pub(crate) fn borrow_for_unpark(&mut self, leaf: usize) {
+    /// A counted slot of `leaf` parks (after [`SlotTree::sub`]).
+    pub(crate) fn parked(&mut self, leaf: usize) {
+        self.nodes[leaf].parked += 1;
+    }
+
+    /// A parked slot of `leaf` is dropped.
+    pub(crate) fn parked_dropped(&mut self, leaf: usize) {
+        self.nodes[leaf].parked -= 1;
+    }
+
+    /// A parked slot of `leaf` counts again (instead of
+    /// [`SlotTree::add`]): every node of the path without room borrows.
+    pub(crate) fn unparked(&mut self, leaf: usize) {
+        self.nodes[leaf].parked -= 1;
         let mut at = Some(leaf);
         while let Some(i) = at {
             let node = &mut self.nodes[i];
-            if node.held >= node.max {
+            node.clamp_borrowed();
+            if node.id.held() >= node.max {
                 node.borrowed += 1;
                 node.borrows += 1;
             }
+            node.id.held.fetch_add(1, Ordering::SeqCst);
             at = node.parent;
         }
     }
@@ -322,7 +392,8 @@ impl SlotTree {
         let eligible = &mut self.eligible;
         for i in (0..nodes.len()).rev() {
             let n = &nodes[i];
-            eligible[i] = n.held < n.max && (waiting(i) || n.children.iter().any(|&c| eligible[c]));
+            eligible[i] =
+                n.id.held() < n.max && (waiting(i) || n.children.iter().any(|&c| eligible[c]));
         }
         if !eligible[0] {
             return None;
@@ -361,8 +432,9 @@ impl SlotTree {
             .map(|n| WorkloadSlots {
                 name: n.id.name.clone(),
                 max_concurrent_threads: (n.max != UNLIMITED).then_some(n.max),
-                held: n.held,
-                borrowed: n.borrowed,
+                held: n.id.held(),
+                borrowed: n.borrowed(),
+                parked: n.parked,
                 allocations: n.allocations,
                 grants: n.grants,
                 borrows: n.borrows,

@@ -351,3 +351,85 @@ fn unknown_or_inner_workloads_and_missing_trees_are_typed_errors() {
     plain.set_workloads(&two_priorities()).unwrap();
     assert!(plain.allocate_in("lo", 0, 1).is_ok());
 }
+
+#[test]
+fn a_parked_slot_keeps_its_workload_and_a_move_is_a_typed_error() {
+    let two = tree(vec![
+        WorkloadSpec::new("all"),
+        WorkloadSpec::new("batch").parent("all"),
+        WorkloadSpec::new("etl").parent("batch"),
+        WorkloadSpec::new("user").parent("all"),
+    ]);
+    let cc = ConcurrencyControl::with_workloads(&two);
+    let a = cc.allocate_in("etl", 0, 1).unwrap();
+    let mut slot = a.try_acquire().unwrap();
+    assert!(slot.park());
+    drop(a);
+    let without_etl = tree(vec![
+        WorkloadSpec::new("all"),
+        WorkloadSpec::new("batch").parent("all"),
+        WorkloadSpec::new("user").parent("all"),
+    ]);
+    // Nothing counts at etl, but its parked slot will again.
+    assert_eq!(
+        cc.set_workloads(&without_etl),
+        Err(SlotsError::WorkloadBusy {
+            workload: "etl".into(),
+            allocations: 0,
+            slots: 1,
+            change: "removing it",
+        })
+    );
+    let moved = tree(vec![
+        WorkloadSpec::new("all"),
+        WorkloadSpec::new("batch").parent("all"),
+        WorkloadSpec::new("user").parent("all"),
+        WorkloadSpec::new("etl").parent("user"),
+    ]);
+    assert_eq!(
+        cc.set_workloads(&moved),
+        Err(SlotsError::WorkloadMoved {
+            workload: "etl".into(),
+            from: "batch".into(),
+            to: "user".into(),
+        })
+    );
+    slot.unpark();
+    assert_eq!(node(&cc, "batch").held, 1, "counted on its path again");
+    drop(slot);
+    assert_eq!(node(&cc, "batch").held, 0);
+    cc.set_workloads(&without_etl).unwrap();
+}
+
+#[test]
+fn a_borrow_repaid_by_a_lock_free_release_stays_repaid_when_the_limit_drops() {
+    let specs = |m: u64| {
+        tree(vec![
+            WorkloadSpec::new("all"),
+            WorkloadSpec::new("x")
+                .parent("all")
+                .max_concurrent_threads(m),
+        ])
+    };
+    let cc = ConcurrencyControl::with_workloads(&specs(2));
+    let a = cc.allocate_in("x", 0, 2).unwrap();
+    let mut s0 = a.try_acquire().unwrap();
+    let s1 = a.try_acquire().unwrap();
+    assert!(s0.park());
+    let b = cc.allocate_in("x", 0, 1).unwrap();
+    let sb = b.try_acquire().expect("the parked place");
+    s0.unpark();
+    let x = node(&cc, "x");
+    assert_eq!((x.held, x.borrowed), (3, 1));
+    // Nothing queues and `a` keeps s0: this release takes no lock, and
+    // repays the borrow by lowering the overshoot.
+    drop(s1);
+    assert_eq!(cc.counters().waiters, 0);
+    let x = node(&cc, "x");
+    assert_eq!((x.held, x.borrowed), (2, 0));
+    // A lower limit raises the overshoot; the repaid borrow stays repaid.
+    cc.set_workloads(&specs(1)).unwrap();
+    let x = node(&cc, "x");
+    assert_eq!((x.held, x.borrowed), (2, 0), "{x:?}");
+    drop((s0, sb));
+}

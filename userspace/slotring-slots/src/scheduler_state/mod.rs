@@ -3,10 +3,12 @@
 //!
 //! Everything that touches the budget (`cur`, `max`, `borrowed`), the waiter
 //! lists and the per-allocation bookkeeping runs inside [`SchedulerState`]'s
-//! methods, called with the mutex held. Only two things live outside the
-//! mutex: the per-allocation `granted` / `noncompeting` counts that `try_acquire`
-//! takes lock-free (see [`crate::sync::take_one`] for their memory ordering),
-//! and the two `slots_acquired*` statistics.
+//! methods, called with the mutex held, with two exceptions: the
+//! per-allocation `granted` / `noncompeting` counts that `try_acquire`
+//! takes lock-free (see [`crate::sync::take_one`] for their memory
+//! ordering), and the release of a slot while nothing queues, which lowers
+//! `cur`, its allocation's `held` and its workloads' `held` with atomics
+//! (the `lock_free` module: when it may, and why no hand-over is lost).
 //!
 //! Waiter lists (the `waiters` module): one queue without a workload tree,
 //! one per workload with one (the `workloads` module picks the queue of
@@ -34,9 +36,10 @@
 //! (`notify_all`: every other blocked caller must return `Exhausted` or
 //! `Freed` instead of sleeping forever).
 //!
-//! Borrowing: `borrowed ≤ cur.saturating_sub(max)` always (it is clamped after
-//! every decrease of `cur` and every change of `max`), so it drops to 0 when
-//! all slots are released: no capacity is ever lost. The budget invariant
+//! Borrowing: `borrowed ≤ cur.saturating_sub(max)` always (it is read as
+//! that minimum, and stored so before every raise of `cur`, after every
+//! decrease under the mutex and every change of `max`), so it drops to 0
+//! when all slots are released: no capacity is ever lost. The budget invariant
 //! `cur − borrowed ≤ max` holds at every step for allocations of the fair
 //! schedulers while `max` is not lowered: grants require `cur < max`, an
 //! unpark either fits (`cur < max`) or raises `cur` and `borrowed` together,
@@ -58,28 +61,38 @@
 //! # Memory ordering
 //!
 //! Everything above is guarded by the one mutex, which orders it. The atomics
-//! outside it are pure counts that publish no other data, so all their
-//! operations are `Relaxed`:
+//! outside it are counts that publish no other data. The lock-free release
+//! pairs with a waiter that queues (see the `lock_free` module), so the
+//! counts of that pairing are `SeqCst` everywhere:
+//! * `cur` and `waiters` (the [`Gauges`]) and every workload's `held`:
+//!   raised only inside the mutex, lowered there or by the lock-free
+//!   release; a locked reader may see them lower than when its critical
+//!   section began, never higher.
+//!
+//! All the others are `Relaxed`:
 //! * `granted` / `noncompeting` (per allocation): incremented (grant) and
 //!   emptied (`free`) only inside the mutex, decremented lock-free by
 //!   `try_acquire` with a CAS that never goes below zero. Each unit is taken
 //!   by exactly one RMW (single-location coherence), and the slot it becomes
-//!   is later returned inside the mutex; that critical section cannot precede
-//!   the granting one, since the CAS read the grant's write (see
-//!   [`crate::sync::take_one`]). The loom model `free_races_try_acquire`
-//!   checks the take-or-return race.
+//!   is later returned (inside the mutex, or by the lock-free release of
+//!   counts the grant raised); the return cannot precede the grant, since
+//!   the CAS read the grant's write (see [`crate::sync::take_one`]). The
+//!   loom model `free_races_try_acquire` checks the take-or-return race.
 //! * `next_slot_id` (per allocation): a `fetch_add`, so ids are unique; in
 //!   grant order up to the interleaving of concurrent acquirers.
 //! * `slots_acquired*` (per control): statistics only.
-//! * `held` / `owed` (per allocation): changed and read only inside the
-//!   mutex; atomics only because they live in the `AllocShared` that a
-//!   slot may keep after its allocation is gone.
+//! * `held` / `owed` (per allocation): atomics because they live in the
+//!   `AllocShared` that a slot may keep after its allocation is gone;
+//!   changed inside the mutex, except that the lock-free release takes one
+//!   from `held` by a CAS that never leaves it at 0 (so the count of
+//!   holding allocations, kept under the mutex, stays exact).
 //! * `yield_needed` (per control): stored inside the mutex after every
 //!   operation, loaded lock-free by `should_yield`'s fast path. It is a
 //!   hint: the decision and the promise are made again inside the mutex. A
 //!   stale 0 only delays a yield to a later checkpoint (the store becomes
 //!   visible); a stale positive value costs one lock that answers no.
 
+mod lock_free;
 mod waiters;
 
 use crate::SlotsError;
@@ -87,6 +100,7 @@ use crate::scheduler::Scheduler;
 use crate::sync::{Arc, AtomicU64, Condvar, Ordering};
 use crate::workloads::{GONE, SlotTree, WorkloadRef, WorkloadSlots};
 use crate::{SlotsCounters, UNLIMITED};
+pub(crate) use lock_free::{Gauges, LockFreeRelease, release_lock_free};
 use waiters::LeafQueue;
 
 const NIL: u32 = u32::MAX;
@@ -166,10 +180,14 @@ pub(crate) struct Stats {
 #[derive(Debug)]
 pub(crate) struct SchedulerState {
     pub(crate) max: u64,
-    pub(crate) cur: u64,
-    pub(crate) borrowed: u64,
+    /// `cur` (competing slots counted) and `waiters` (allocations in a
+    /// waiter list): atomics, since the lock-free release lowers `cur` and
+    /// reads `waiters` (see the `lock_free` module).
+    pub(crate) gauges: Arc<Gauges>,
+    /// Borrowed slots as last clamped: the count is `min(borrowed, cur −
+    /// limit)` ([`SchedulerState::borrowed`]).
+    borrowed: u64,
     pub(crate) allocations: u64,
-    pub(crate) waiters: u64,
     pub(crate) parked: u64,
     /// The effective budget set by the adaptive controller ([`UNLIMITED`]:
     /// static). Scheduling obeys `min(max, cap)` ([`SchedulerState::limit`]).
@@ -203,10 +221,9 @@ impl SchedulerState {
     pub(crate) fn new() -> Self {
         Self {
             max: UNLIMITED,
-            cur: 0,
+            gauges: Arc::new(Gauges::default()),
             borrowed: 0,
             allocations: 0,
-            waiters: 0,
             parked: 0,
             cap: UNLIMITED,
             holders: 0,
@@ -230,7 +247,22 @@ impl SchedulerState {
 
     /// Free capacity (ClickHouse's `available`).
     pub(crate) fn available(&self) -> u64 {
-        self.limit().saturating_sub(self.cur)
+        self.limit().saturating_sub(self.cur())
+    }
+
+    /// Competing slots counted against the budget.
+    pub(crate) fn cur(&self) -> u64 {
+        self.gauges.cur.load(Ordering::SeqCst)
+    }
+
+    /// Allocations in a waiter list.
+    pub(crate) fn waiters(&self) -> u64 {
+        self.gauges.waiters.load(Ordering::SeqCst)
+    }
+
+    /// Borrowed slots: never above the overshoot `cur − limit`.
+    pub(crate) fn borrowed(&self) -> u64 {
+        self.borrowed.min(self.cur().saturating_sub(self.limit()))
     }
 
     fn st(&self, id: u32) -> &AllocState {
@@ -241,9 +273,12 @@ impl SchedulerState {
         self.slab[id as usize].as_mut().expect("live allocation id")
     }
 
-    /// `borrowed` never exceeds the current overshoot.
+    /// Store [`SchedulerState::borrowed`]: before every raise of `cur` and
+    /// every change of the limit (so that a borrow repaid by a lock-free
+    /// release is not counted again when the overshoot grows), and after
+    /// every decrease and every change of the limit.
     fn clamp_borrowed(&mut self) {
-        self.borrowed = self.borrowed.min(self.cur.saturating_sub(self.limit()));
+        self.borrowed = self.borrowed();
     }
 
     fn emit_delayed(&mut self, id: u32, wanted: u64) {
@@ -291,7 +326,8 @@ impl SchedulerState {
         let (limit, allocated, granted, noncompeting) = if kind.min_is_non_competing() {
             (max - min, 0, 0, min)
         } else {
-            self.cur = self.cur.saturating_add(min);
+            self.clamp_borrowed();
+            self.gauges.cur.fetch_add(min, Ordering::SeqCst);
             (max, min, min, 0)
         };
         let id = match self.free_ids.pop() {
@@ -403,7 +439,7 @@ impl SchedulerState {
         let in_waiters = st.in_waiters;
         let shared = st.shared.clone();
         self.held_sub(&shared, amount);
-        self.cur -= amount;
+        self.gauges.cur.fetch_sub(amount, Ordering::SeqCst);
         self.clamp_borrowed();
         if in_waiters {
             self.remove_waiter(id);
@@ -446,6 +482,8 @@ impl SchedulerState {
     }
 
     pub(crate) fn set_max_concurrency(&mut self, value: u64) {
+        // A lowered limit raises the overshoot: store the borrows first.
+        self.clamp_borrowed();
         self.max = value.max(1);
         self.clamp_borrowed();
         self.schedule();
@@ -457,6 +495,8 @@ impl SchedulerState {
     /// nothing by itself: holders above their fair share are asked to yield
     /// through `should_yield`; a growth grants to waiters at once.
     pub(crate) fn set_effective_budget(&mut self, value: u64) {
+        // A lowered limit raises the overshoot: store the borrows first.
+        self.clamp_borrowed();
         self.cap = value.max(1);
         self.clamp_borrowed();
         self.schedule();
@@ -487,6 +527,11 @@ impl SchedulerState {
         if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
             tree.add(w.index(), n);
         }
+        self.alloc_held_add(a, n);
+    }
+
+    /// `a` counts `n` more slots (its workloads are the caller's).
+    fn alloc_held_add(&mut self, a: &AllocShared, n: u64) {
         if a.held.fetch_add(n, Ordering::Relaxed) == 0 {
             self.holders += 1;
         }
@@ -510,7 +555,7 @@ impl SchedulerState {
     /// Store the fast-path hint: yields still wanted (borrowed slots are
     /// repaid by withholding, not by yields).
     fn refresh_yield(&self) {
-        let needed = (self.cur - self.borrowed)
+        let needed = (self.cur() - self.borrowed())
             .saturating_sub(self.limit())
             .saturating_sub(self.owed);
         self.yield_needed.store(needed, Ordering::Relaxed);
@@ -551,6 +596,9 @@ impl SchedulerState {
     /// beyond what it already promised, more than its fair share
     /// `max(1, limit / holders)`.
     pub(crate) fn should_yield(&mut self, a: &AllocShared) -> bool {
+        // A lock-free release may have lowered `cur` since the hint was
+        // stored: decide on the count now.
+        self.refresh_yield();
         if self.yield_needed.load(Ordering::Relaxed) == 0 {
             return false;
         }
@@ -577,14 +625,25 @@ impl SchedulerState {
     ) {
         if parked {
             self.parked -= 1;
+            if let (Some(tree), Some(w)) = (&mut self.tree, alloc.and_then(|a| a.workload.as_ref()))
+            {
+                tree.parked_dropped(w.index());
+            }
         } else if competing {
             if let Some(a) = alloc {
                 self.slot_left(a);
             }
-            self.cur -= 1;
+            self.gauges.cur.fetch_sub(1, Ordering::SeqCst);
             self.clamp_borrowed();
             self.schedule();
         }
+        self.refresh_yield();
+    }
+
+    /// After a lock-free release that found waiters: hand the capacity on.
+    pub(crate) fn released_lock_free(&mut self) {
+        self.clamp_borrowed();
+        self.schedule();
         self.refresh_yield();
     }
 
@@ -596,8 +655,11 @@ impl SchedulerState {
             if let Some(a) = alloc {
                 // A park is no yield: a promise stays owed until a release.
                 self.held_sub(a, 1);
+                if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
+                    tree.parked(w.index());
+                }
             }
-            self.cur -= 1;
+            self.gauges.cur.fetch_sub(1, Ordering::SeqCst);
             self.clamp_borrowed();
             self.schedule();
         }
@@ -611,15 +673,16 @@ impl SchedulerState {
         if competing {
             if let Some(a) = alloc {
                 if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
-                    tree.borrow_for_unpark(w.index());
+                    tree.unparked(w.index());
                 }
-                self.held_add(a, 1);
+                self.alloc_held_add(a, 1);
             }
-            if self.cur >= self.limit() {
+            self.clamp_borrowed();
+            if self.cur() >= self.limit() {
                 self.borrowed += 1;
                 self.stats.unpark_borrows += 1;
             }
-            self.cur += 1;
+            self.gauges.cur.fetch_add(1, Ordering::SeqCst);
         }
         self.refresh_yield();
     }
@@ -677,11 +740,11 @@ impl SchedulerState {
             max_concurrency: self.max,
             budget_effective: self.limit(),
             yields: self.stats.yields,
-            cur_concurrency: self.cur,
+            cur_concurrency: self.cur(),
             allocations: self.allocations,
-            waiters: self.waiters,
+            waiters: self.waiters(),
             parked: self.parked,
-            borrowed: self.borrowed,
+            borrowed: self.borrowed(),
         }
     }
 }

@@ -94,7 +94,9 @@ impl SchedulerState {
             k => self.circular_insert(q, k.index(), id),
         }
         self.queues[q].len += 1;
-        self.waiters += 1;
+        // Before any read of `cur` that decides a grant (`SeqCst`: see the
+        // `lock_free` module).
+        self.gauges.waiters.fetch_add(1, Ordering::SeqCst);
     }
 
     /// Take `id` out of its list.
@@ -118,7 +120,7 @@ impl SchedulerState {
     /// One allocation left queue `q` (its `in_waiters` already cleared).
     fn left_queue(&mut self, q: usize) {
         self.queues[q].len -= 1;
-        self.waiters -= 1;
+        self.gauges.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Grant one competing slot (already counted in `cur`) to `id`; returns
@@ -169,7 +171,7 @@ impl SchedulerState {
     /// Grant free capacity while some waiter may take it: the tree (if
     /// any) names the queue of each slot, the queue's lists its taker.
     pub(crate) fn schedule(&mut self) {
-        while self.waiters > 0 && self.cur < self.limit() {
+        while self.waiters() > 0 && self.cur() < self.limit() {
             let q = match &mut self.tree {
                 None => 0,
                 Some(tree) => {
@@ -180,7 +182,8 @@ impl SchedulerState {
                     }
                 }
             };
-            self.cur += 1;
+            self.clamp_borrowed();
+            self.gauges.cur.fetch_add(1, Ordering::SeqCst);
             self.grant_in(q);
         }
     }
