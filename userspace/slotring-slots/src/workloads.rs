@@ -63,9 +63,10 @@
 //! things need no lock. `try_acquire` touches no node: the grant that made
 //! a slot available charged its path already, so taking it is the same CAS
 //! on the allocation's `granted` as without a tree. A release while
-//! nothing queues lowers each node's `held` on its path with atomics (the
-//! count lives on the workload's identity, [`WorkloadRef`], whose `parent`
-//! links are the path, fixed since a live change cannot move a workload);
+//! nothing queues adds one to each node's `released` on its path, which
+//! every read of the node's `held` subtracts (both live on the workload's
+//! identity, [`WorkloadRef`], whose `parent` links are the path, fixed
+//! since a live change cannot move a workload);
 //! see the `scheduler_state::lock_free` module for why no waiter is
 //! stranded. A node's borrowed count is read as `min(borrowed, held −
 //! max)`, so such a release repays a borrow with no lock either.
@@ -93,10 +94,12 @@ pub(crate) struct WorkloadRef {
     /// Its parent's identity: fixed for its life (a live change cannot
     /// move a workload), so the path is known without the lock.
     pub(crate) parent: Option<Arc<WorkloadRef>>,
-    /// Slots counted against it (`SeqCst`: see the `scheduler_state`
-    /// module's lock-free release). Raised only under the state mutex;
-    /// lowered there or by the lock-free release.
-    pub(crate) held: AtomicU64,
+    /// Slots counted against it, gross of `released`: written only under
+    /// the state mutex (a load and a store: no read-modify-write).
+    held: AtomicU64,
+    /// Slots released lock-free and not yet folded into `held` (see the
+    /// `scheduler_state::lock_free` module).
+    pub(crate) released: AtomicU64,
     /// Its node's index in the current tree (written under the state mutex).
     index: AtomicU64,
 }
@@ -107,8 +110,24 @@ impl WorkloadRef {
         self.index.load(Ordering::Relaxed) as usize
     }
 
+    /// Slots counted against it: `held` less the lock-free releases.
     fn held(&self) -> u64 {
-        self.held.load(Ordering::SeqCst)
+        self.held.load(Ordering::Relaxed) - self.released.load(Ordering::Relaxed)
+    }
+
+    /// Change the count by `+up − down`, folding in the lock-free releases
+    /// (under the state mutex).
+    fn change(&self, up: u64, down: u64) {
+        let mut gross = self.held.load(Ordering::Relaxed);
+        if self.released.load(Ordering::Relaxed) != 0 {
+            gross -= self.released.swap(0, Ordering::Relaxed);
+        }
+        debug_assert!(
+            gross + up >= down,
+            "{} held {gross} + {up} < {down}",
+            self.name
+        );
+        self.held.store(gross + up - down, Ordering::Relaxed);
     }
 }
 
@@ -260,6 +279,7 @@ impl SlotTree {
                     name: s.name.clone(),
                     parent: parent.map(|p: usize| nodes[p].id.clone()),
                     held: AtomicU64::new(0),
+                    released: AtomicU64::new(0),
                     index: AtomicU64::new(0),
                 }),
             };
@@ -338,7 +358,7 @@ impl SlotTree {
         while let Some(i) = at {
             let node = &mut self.nodes[i];
             node.clamp_borrowed();
-            node.id.held.fetch_add(n, Ordering::SeqCst);
+            node.id.change(n, 0);
             at = node.parent;
         }
     }
@@ -349,8 +369,7 @@ impl SlotTree {
         let mut at = Some(leaf);
         while let Some(i) = at {
             let node = &mut self.nodes[i];
-            let before = node.id.held.fetch_sub(n, Ordering::SeqCst);
-            debug_assert!(before >= n, "{} held {before} < {n}", node.id.name);
+            node.id.change(0, n);
             node.clamp_borrowed();
             at = node.parent;
         }
@@ -378,7 +397,7 @@ impl SlotTree {
                 node.borrowed += 1;
                 node.borrows += 1;
             }
-            node.id.held.fetch_add(1, Ordering::SeqCst);
+            node.id.change(1, 0);
             at = node.parent;
         }
     }

@@ -9,28 +9,36 @@
 //! it goes lock-free when no allocation waits (`waiters == 0`), no yield
 //! is wanted (`yield_needed == 0`), its allocation owes none (`owed ==
 //! 0`) and still holds another slot (`held > 1`, taken down by a CAS that
-//! never reaches 0). It then lowers its allocation's `held`, every
-//! workload's `held` on its path (the `parent` links of the workload's
-//! identity, fixed for its life) and `cur`. Borrows need no work: the
+//! never reaches 0). It then adds one to the `released` count of every
+//! workload on its path (the `parent` links of the workload's identity,
+//! fixed for its life) and of the budget ([`Gauges::released`]). Whoever
+//! reads a count subtracts its `released`; the mutex folds it back (one
+//! swap, when it is not 0), so the locked paths keep plain counts and pay
+//! no read-modify-write for the lock-free one. Borrows need no work: the
 //! borrowed counts are read as `min(borrowed, overshoot)`, so a release
 //! that lowers the overshoot repays a borrow by itself, and the state
-//! stores that minimum before every raise of a count.
+//! stores that minimum before every raise of a count or lowering of a
+//! limit.
 //!
 //! # No lost hand-over
 //!
-//! After lowering the counts the release reads `waiters` again. A waiter
-//! that queues meanwhile does so under the mutex: it raises `waiters`,
-//! then reads `cur` and the workloads' `held` to decide the grant. All of
-//! these are `SeqCst`, so in their single total order either the waiter's
-//! reads come after the release's decrements (it sees the room and is
-//! granted), or the release's second read comes after the waiter's
-//! increment (the release takes the mutex and schedules). The loom model
-//! `lock_free_release_races_a_new_waiter_under_a_capped_parent` checks it.
+//! After adding to `released` the release issues a `SeqCst` fence and
+//! reads `waiters` again. A waiter queues under the mutex: it adds to
+//! `waiters`, issues a `SeqCst` fence, and only then reads the counts
+//! (and so the `released` ones) that decide its grant. Of the two fences,
+//! whichever comes first in their single total order makes its side's
+//! write visible to the other side's read: either the waiter sees the
+//! freed place and is granted, or the release sees the waiter and takes
+//! the mutex to schedule (`SchedulerState::released_lock_free`). The
+//! pairing is on fences, not on `SeqCst` accesses, because loom checks
+//! fences exactly and models `SeqCst` accesses as `AcqRel`; the loom
+//! model `lock_free_release_races_a_new_waiter_under_a_capped_parent`
+//! deadlocks without either fence.
 //!
 //! # Races with the other checks
 //!
 //! A yield promised under the mutex while a lock-free release runs was
-//! decided on a `cur` that the release then lowers: the slow path of
+//! decided on a count that the release then lowers: the slow path of
 //! `should_yield` recomputes the hint from the current count first, so at
 //! most a promise made in the same instant as the release counts it
 //! (that release linearises after the promise). A `set_workloads` cannot
@@ -38,15 +46,15 @@
 //! `workloads` module), so the path a release walks stays the tree's.
 
 use super::AllocShared;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, fence};
 
-/// The two counts the lock-free release reads and writes; the state
-/// changes them under the mutex with the same `SeqCst` operations.
+/// The two counts the lock-free release writes and reads.
 #[derive(Debug, Default)]
 pub(crate) struct Gauges {
-    /// Competing slots counted against the budget.
-    pub(crate) cur: AtomicU64,
-    /// Allocations in a waiter list.
+    /// Slots released lock-free and not yet folded into the state's `cur`
+    /// (which subtracts it on every read).
+    pub(crate) released: AtomicU64,
+    /// Allocations in a waiter list (changed under the mutex).
     pub(crate) waiters: AtomicU64,
 }
 
@@ -70,7 +78,7 @@ pub(crate) fn release_lock_free(
     yield_needed: &AtomicU64,
     a: &AllocShared,
 ) -> LockFreeRelease {
-    if gauges.waiters.load(Ordering::SeqCst) != 0
+    if gauges.waiters.load(Ordering::Relaxed) != 0
         || yield_needed.load(Ordering::Relaxed) != 0
         || a.owed.load(Ordering::Relaxed) != 0
     {
@@ -86,11 +94,13 @@ pub(crate) fn release_lock_free(
     }
     let mut node = a.workload.as_deref();
     while let Some(w) = node {
-        w.held.fetch_sub(1, Ordering::SeqCst);
+        w.released.fetch_add(1, Ordering::Relaxed);
         node = w.parent.as_deref();
     }
-    gauges.cur.fetch_sub(1, Ordering::SeqCst);
-    if gauges.waiters.load(Ordering::SeqCst) != 0 {
+    gauges.released.fetch_add(1, Ordering::Relaxed);
+    // Pairs with the fence after a waiter's `waiters + 1` (module docs).
+    fence(Ordering::SeqCst);
+    if gauges.waiters.load(Ordering::Relaxed) != 0 {
         LockFreeRelease::Schedule
     } else {
         LockFreeRelease::Done

@@ -6,8 +6,9 @@
 //! methods, called with the mutex held, with two exceptions: the
 //! per-allocation `granted` / `noncompeting` counts that `try_acquire`
 //! takes lock-free (see [`crate::sync::take_one`] for their memory
-//! ordering), and the release of a slot while nothing queues, which lowers
-//! `cur`, its allocation's `held` and its workloads' `held` with atomics
+//! ordering), and the release of a slot while nothing queues, which takes
+//! one from its allocation's `held` and counts itself in the `released`
+//! counts that every read of `cur` and of its workloads' `held` subtracts
 //! (the `lock_free` module: when it may, and why no hand-over is lost).
 //!
 //! Waiter lists (the `waiters` module): one queue without a workload tree,
@@ -61,15 +62,14 @@
 //! # Memory ordering
 //!
 //! Everything above is guarded by the one mutex, which orders it. The atomics
-//! outside it are counts that publish no other data. The lock-free release
-//! pairs with a waiter that queues (see the `lock_free` module), so the
-//! counts of that pairing are `SeqCst` everywhere:
-//! * `cur` and `waiters` (the [`Gauges`]) and every workload's `held`:
-//!   raised only inside the mutex, lowered there or by the lock-free
-//!   release; a locked reader may see them lower than when its critical
-//!   section began, never higher.
-//!
-//! All the others are `Relaxed`:
+//! outside it are counts that publish no other data, all `Relaxed`; the one
+//! pairing between a lock-free and a locked path (a release that finds no
+//! waiter, a waiter that queues) is made by a `SeqCst` fence on each side
+//! (see the `lock_free` module):
+//! * `released` and `waiters` (the [`Gauges`]) and every workload's
+//!   `released`: the lock-free release adds to `released`, the mutex
+//!   folds it back and changes `waiters`; a locked reader may see a count
+//!   lower than when its critical section began, never higher.
 //! * `granted` / `noncompeting` (per allocation): incremented (grant) and
 //!   emptied (`free`) only inside the mutex, decremented lock-free by
 //!   `try_acquire` with a CAS that never goes below zero. Each unit is taken
@@ -180,9 +180,11 @@ pub(crate) struct Stats {
 #[derive(Debug)]
 pub(crate) struct SchedulerState {
     pub(crate) max: u64,
-    /// `cur` (competing slots counted) and `waiters` (allocations in a
-    /// waiter list): atomics, since the lock-free release lowers `cur` and
-    /// reads `waiters` (see the `lock_free` module).
+    /// Competing slots counted, gross of the lock-free releases not yet
+    /// folded in: the count is [`SchedulerState::cur`].
+    cur: u64,
+    /// What the lock-free release writes and reads: its releases not yet
+    /// folded into `cur`, and `waiters` (see the `lock_free` module).
     pub(crate) gauges: Arc<Gauges>,
     /// Borrowed slots as last clamped: the count is `min(borrowed, cur −
     /// limit)` ([`SchedulerState::borrowed`]).
@@ -221,6 +223,7 @@ impl SchedulerState {
     pub(crate) fn new() -> Self {
         Self {
             max: UNLIMITED,
+            cur: 0,
             gauges: Arc::new(Gauges::default()),
             borrowed: 0,
             allocations: 0,
@@ -250,14 +253,23 @@ impl SchedulerState {
         self.limit().saturating_sub(self.cur())
     }
 
-    /// Competing slots counted against the budget.
+    /// Competing slots counted against the budget: `cur` less the
+    /// lock-free releases since the last fold.
     pub(crate) fn cur(&self) -> u64 {
-        self.gauges.cur.load(Ordering::SeqCst)
+        self.cur - self.gauges.released.load(Ordering::Relaxed)
+    }
+
+    /// Fold the lock-free releases into `cur` (one swap, only when there
+    /// are some).
+    fn fold_released(&mut self) {
+        if self.gauges.released.load(Ordering::Relaxed) != 0 {
+            self.cur -= self.gauges.released.swap(0, Ordering::Relaxed);
+        }
     }
 
     /// Allocations in a waiter list.
     pub(crate) fn waiters(&self) -> u64 {
-        self.gauges.waiters.load(Ordering::SeqCst)
+        self.gauges.waiters.load(Ordering::Relaxed)
     }
 
     /// Borrowed slots: never above the overshoot `cur − limit`.
@@ -278,6 +290,7 @@ impl SchedulerState {
     /// release is not counted again when the overshoot grows), and after
     /// every decrease and every change of the limit.
     fn clamp_borrowed(&mut self) {
+        self.fold_released();
         self.borrowed = self.borrowed();
     }
 
@@ -327,7 +340,7 @@ impl SchedulerState {
             (max - min, 0, 0, min)
         } else {
             self.clamp_borrowed();
-            self.gauges.cur.fetch_add(min, Ordering::SeqCst);
+            self.cur = self.cur.saturating_add(min);
             (max, min, min, 0)
         };
         let id = match self.free_ids.pop() {
@@ -439,7 +452,7 @@ impl SchedulerState {
         let in_waiters = st.in_waiters;
         let shared = st.shared.clone();
         self.held_sub(&shared, amount);
-        self.gauges.cur.fetch_sub(amount, Ordering::SeqCst);
+        self.cur -= amount;
         self.clamp_borrowed();
         if in_waiters {
             self.remove_waiter(id);
@@ -633,7 +646,7 @@ impl SchedulerState {
             if let Some(a) = alloc {
                 self.slot_left(a);
             }
-            self.gauges.cur.fetch_sub(1, Ordering::SeqCst);
+            self.cur -= 1;
             self.clamp_borrowed();
             self.schedule();
         }
@@ -659,7 +672,7 @@ impl SchedulerState {
                     tree.parked(w.index());
                 }
             }
-            self.gauges.cur.fetch_sub(1, Ordering::SeqCst);
+            self.cur -= 1;
             self.clamp_borrowed();
             self.schedule();
         }
@@ -682,7 +695,7 @@ impl SchedulerState {
                 self.borrowed += 1;
                 self.stats.unpark_borrows += 1;
             }
-            self.gauges.cur.fetch_add(1, Ordering::SeqCst);
+            self.cur += 1;
         }
         self.refresh_yield();
     }

@@ -18,7 +18,7 @@ use std::collections::BTreeSet;
 
 use super::{NIL, SchedulerState};
 use crate::scheduler::Scheduler;
-use crate::sync::Ordering;
+use crate::sync::{Ordering, fence};
 
 /// A circular waiter list (round robin, fair round robin): its cursor (the
 /// next allocation to serve) and length; the links live in the slab.
@@ -94,9 +94,11 @@ impl SchedulerState {
             k => self.circular_insert(q, k.index(), id),
         }
         self.queues[q].len += 1;
-        // Before any read of `cur` that decides a grant (`SeqCst`: see the
-        // `lock_free` module).
-        self.gauges.waiters.fetch_add(1, Ordering::SeqCst);
+        // Published before any read of the lock-free releases that decides
+        // a grant: the fence pairs with the release's (see the `lock_free`
+        // module).
+        self.gauges.waiters.fetch_add(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
     }
 
     /// Take `id` out of its list.
@@ -120,7 +122,7 @@ impl SchedulerState {
     /// One allocation left queue `q` (its `in_waiters` already cleared).
     fn left_queue(&mut self, q: usize) {
         self.queues[q].len -= 1;
-        self.gauges.waiters.fetch_sub(1, Ordering::SeqCst);
+        self.gauges.waiters.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Grant one competing slot (already counted in `cur`) to `id`; returns
@@ -183,7 +185,7 @@ impl SchedulerState {
                 }
             };
             self.clamp_borrowed();
-            self.gauges.cur.fetch_add(1, Ordering::SeqCst);
+            self.cur += 1;
             self.grant_in(q);
         }
     }
