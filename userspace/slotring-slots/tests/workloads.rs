@@ -26,6 +26,34 @@ fn assert_within_limits(cc: &ConcurrencyControl) {
     }
 }
 
+/// `all` over workloads of no settings, each `(name, parent)`.
+fn named(edges: &[(&str, &str)]) -> WorkloadTree {
+    let mut specs = vec![WorkloadSpec::new("all")];
+    specs.extend(edges.iter().map(|(n, p)| WorkloadSpec::new(*n).parent(*p)));
+    tree(specs)
+}
+
+/// The refusal of a change that removes `etl` while it has `allocations`
+/// and `slots`.
+fn removing_busy_etl(allocations: u64, slots: u64) -> Result<(), SlotsError> {
+    Err(SlotsError::WorkloadBusy {
+        workload: "etl".into(),
+        allocations,
+        slots,
+        change: "removing it",
+    })
+}
+
+/// `all` over the one leaf `x`, whose max_concurrent_threads is `m`.
+fn x_capped(m: u64) -> WorkloadTree {
+    tree(vec![
+        WorkloadSpec::new("all"),
+        WorkloadSpec::new("x")
+            .parent("all")
+            .max_concurrent_threads(m),
+    ])
+}
+
 /// `all` (budget-wide) with `hi` at priority 0 and `lo` at priority 1.
 fn two_priorities() -> WorkloadTree {
     tree(vec![
@@ -129,12 +157,7 @@ fn max_concurrent_threads_caps_a_leaf_and_a_parent() {
 
 #[test]
 fn a_parked_slot_stops_counting_and_an_unpark_borrows_then_repays() {
-    let cc = ConcurrencyControl::with_workloads(&tree(vec![
-        WorkloadSpec::new("all"),
-        WorkloadSpec::new("x")
-            .parent("all")
-            .max_concurrent_threads(1),
-    ]));
+    let cc = ConcurrencyControl::with_workloads(&x_capped(1));
     let first = cc.allocate_in("x", 0, 1).unwrap();
     let mut s1 = first.try_acquire().unwrap();
     let waiter = cc.allocate_in("x", 0, 2).unwrap();
@@ -159,12 +182,7 @@ fn a_parked_slot_stops_counting_and_an_unpark_borrows_then_repays() {
 
 #[test]
 fn the_schedulers_decide_inside_a_workload() {
-    let cc = ConcurrencyControl::with_workloads(&tree(vec![
-        WorkloadSpec::new("all"),
-        WorkloadSpec::new("x")
-            .parent("all")
-            .max_concurrent_threads(1),
-    ]));
+    let cc = ConcurrencyControl::with_workloads(&x_capped(1));
     cc.set_scheduler(Scheduler::MaxMinFair);
     let a = cc.allocate_in("x", 0, 10).unwrap();
     let mut slot = a.try_acquire().unwrap();
@@ -238,21 +256,13 @@ fn live_changes_of_weight_priority_and_max_lose_no_waiter() {
 
 #[test]
 fn a_raised_max_grants_at_once_and_a_lowered_one_withholds() {
-    let specs = |m: u64| {
-        tree(vec![
-            WorkloadSpec::new("all"),
-            WorkloadSpec::new("x")
-                .parent("all")
-                .max_concurrent_threads(m),
-        ])
-    };
-    let cc = ConcurrencyControl::with_workloads(&specs(1));
+    let cc = ConcurrencyControl::with_workloads(&x_capped(1));
     let a = cc.allocate_in("x", 0, 4).unwrap();
     assert_eq!(a.granted(), 1);
-    cc.set_workloads(&specs(3)).unwrap();
+    cc.set_workloads(&x_capped(3)).unwrap();
     assert_eq!(a.granted(), 3, "waiters take the new room at once");
     let slots: Vec<AcquiredSlot> = std::iter::from_fn(|| a.try_acquire()).collect();
-    cc.set_workloads(&specs(1)).unwrap();
+    cc.set_workloads(&x_capped(1)).unwrap();
     assert_eq!(node(&cc, "x").held, 3, "a lowered limit takes nothing back");
     drop(slots);
     assert_eq!(a.granted(), 1, "grants resume below the lowered limit");
@@ -260,33 +270,13 @@ fn a_raised_max_grants_at_once_and_a_lowered_one_withholds() {
 
 #[test]
 fn removing_or_splitting_a_busy_workload_is_a_typed_error_naming_it() {
-    let full = tree(vec![
-        WorkloadSpec::new("all"),
-        WorkloadSpec::new("etl").parent("all"),
-        WorkloadSpec::new("user").parent("all"),
-    ]);
-    let without_etl = tree(vec![
-        WorkloadSpec::new("all"),
-        WorkloadSpec::new("user").parent("all"),
-    ]);
-    let etl_split = tree(vec![
-        WorkloadSpec::new("all"),
-        WorkloadSpec::new("etl").parent("all"),
-        WorkloadSpec::new("etl_a").parent("etl"),
-        WorkloadSpec::new("user").parent("all"),
-    ]);
+    let full = named(&[("etl", "all"), ("user", "all")]);
+    let without_etl = named(&[("user", "all")]);
+    let etl_split = named(&[("etl", "all"), ("etl_a", "etl"), ("user", "all")]);
     let cc = ConcurrencyControl::with_workloads(&full);
     let a = cc.allocate_in("etl", 0, 2).unwrap();
     let slot = a.try_acquire().unwrap();
-    assert_eq!(
-        cc.set_workloads(&without_etl),
-        Err(SlotsError::WorkloadBusy {
-            workload: "etl".into(),
-            allocations: 1,
-            slots: 2,
-            change: "removing it",
-        })
-    );
+    assert_eq!(cc.set_workloads(&without_etl), removing_busy_etl(1, 2));
     assert!(matches!(
         cc.set_workloads(&etl_split),
         Err(SlotsError::WorkloadBusy { ref workload, change: "giving it children", .. }) if workload == "etl"
@@ -294,15 +284,7 @@ fn removing_or_splitting_a_busy_workload_is_a_typed_error_naming_it() {
     assert_eq!(node(&cc, "etl").held, 2, "a refused change changes nothing");
     drop(a);
     // The allocation is gone but its slot still counts at etl.
-    assert_eq!(
-        cc.set_workloads(&without_etl),
-        Err(SlotsError::WorkloadBusy {
-            workload: "etl".into(),
-            allocations: 0,
-            slots: 1,
-            change: "removing it",
-        })
-    );
+    assert_eq!(cc.set_workloads(&without_etl), removing_busy_etl(0, 1));
     drop(slot);
     cc.set_workloads(&without_etl).unwrap();
     assert_eq!(
@@ -354,38 +336,16 @@ fn unknown_or_inner_workloads_and_missing_trees_are_typed_errors() {
 
 #[test]
 fn a_parked_slot_keeps_its_workload_and_a_move_is_a_typed_error() {
-    let two = tree(vec![
-        WorkloadSpec::new("all"),
-        WorkloadSpec::new("batch").parent("all"),
-        WorkloadSpec::new("etl").parent("batch"),
-        WorkloadSpec::new("user").parent("all"),
-    ]);
+    let two = named(&[("batch", "all"), ("etl", "batch"), ("user", "all")]);
     let cc = ConcurrencyControl::with_workloads(&two);
     let a = cc.allocate_in("etl", 0, 1).unwrap();
     let mut slot = a.try_acquire().unwrap();
     assert!(slot.park());
     drop(a);
-    let without_etl = tree(vec![
-        WorkloadSpec::new("all"),
-        WorkloadSpec::new("batch").parent("all"),
-        WorkloadSpec::new("user").parent("all"),
-    ]);
+    let without_etl = named(&[("batch", "all"), ("user", "all")]);
     // Nothing counts at etl, but its parked slot will again.
-    assert_eq!(
-        cc.set_workloads(&without_etl),
-        Err(SlotsError::WorkloadBusy {
-            workload: "etl".into(),
-            allocations: 0,
-            slots: 1,
-            change: "removing it",
-        })
-    );
-    let moved = tree(vec![
-        WorkloadSpec::new("all"),
-        WorkloadSpec::new("batch").parent("all"),
-        WorkloadSpec::new("user").parent("all"),
-        WorkloadSpec::new("etl").parent("user"),
-    ]);
+    assert_eq!(cc.set_workloads(&without_etl), removing_busy_etl(0, 1));
+    let moved = named(&[("batch", "all"), ("user", "all"), ("etl", "user")]);
     assert_eq!(
         cc.set_workloads(&moved),
         Err(SlotsError::WorkloadMoved {
@@ -403,15 +363,7 @@ fn a_parked_slot_keeps_its_workload_and_a_move_is_a_typed_error() {
 
 #[test]
 fn a_borrow_repaid_by_a_lock_free_release_stays_repaid_when_the_limit_drops() {
-    let specs = |m: u64| {
-        tree(vec![
-            WorkloadSpec::new("all"),
-            WorkloadSpec::new("x")
-                .parent("all")
-                .max_concurrent_threads(m),
-        ])
-    };
-    let cc = ConcurrencyControl::with_workloads(&specs(2));
+    let cc = ConcurrencyControl::with_workloads(&x_capped(2));
     let a = cc.allocate_in("x", 0, 2).unwrap();
     let mut s0 = a.try_acquire().unwrap();
     let s1 = a.try_acquire().unwrap();
@@ -428,7 +380,7 @@ fn a_borrow_repaid_by_a_lock_free_release_stays_repaid_when_the_limit_drops() {
     let x = node(&cc, "x");
     assert_eq!((x.held, x.borrowed), (2, 0));
     // A lower limit raises the overshoot; the repaid borrow stays repaid.
-    cc.set_workloads(&specs(1)).unwrap();
+    cc.set_workloads(&x_capped(1)).unwrap();
     let x = node(&cc, "x");
     assert_eq!((x.held, x.borrowed), (2, 0), "{x:?}");
     drop((s0, sb));
