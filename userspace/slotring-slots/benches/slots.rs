@@ -2,12 +2,16 @@
 //! baseline, grants with 10,000 waiters, park/unpark, and a deterministic
 //! fairness simulation of the case behind ClickHouse's `max_min_fair`
 //! scheduler (`src/Common/ConcurrencyControl.cpp`: a long query holding 16
-//! slots, short queries arriving, budget 32) under every scheduler.
+//! slots, short queries arriving, budget 32) under every scheduler; and
+//! the same hot paths in a workload tree (`wl_*`).
 
 use std::hint::black_box;
 
-use slotring_benchkit::{Report, median, ns_per_iter, percentile};
+use std::cell::RefCell;
+
+use slotring_benchkit::{Report, median, ns_per_iter, ns_per_iter_threads, percentile};
 use slotring_slots::{AcquiredSlot, Allocation, ConcurrencyControl, Scheduler, SlotLease};
+use slotring_throttle::{WorkloadSpec, WorkloadTree};
 
 const ROUNDS: usize = 15;
 
@@ -26,6 +30,70 @@ fn grant_release_ns() -> f64 {
     ns_per_iter(ROUNDS, 200_000, || {
         drop(slot.take());
         slot = Some(a.try_acquire().expect("granted back"));
+    })
+}
+
+/// `all` (a limit no run reaches) over `batch` (`batch_max`) over the leaf `q`.
+fn wl_cc(batch_max: u64) -> ConcurrencyControl {
+    ConcurrencyControl::with_workloads(
+        &WorkloadTree::new(vec![
+            WorkloadSpec::new("all").max_concurrent_threads(1 << 40),
+            WorkloadSpec::new("batch")
+                .parent("all")
+                .max_concurrent_threads(batch_max),
+            WorkloadSpec::new("q").parent("batch"),
+        ])
+        .unwrap(),
+    )
+}
+
+/// As [`grant_release_ns`], with the budget unlimited and the workload
+/// `batch` capped at 1: each release hands the place, through the tree, to
+/// the allocation that wants it again (under the mutex: it waits).
+fn wl_grant_release_ns() -> f64 {
+    let cc = wl_cc(1);
+    let a = cc.allocate_in("q", 0, u64::MAX).unwrap();
+    let mut slot = Some(a.try_acquire().unwrap());
+    ns_per_iter(ROUNDS, 200_000, || {
+        drop(slot.take());
+        slot = Some(a.try_acquire().expect("granted back"));
+    })
+}
+
+/// Granted slots per allocation in [`wl_take_release_ns_2t`].
+const BATCH: u64 = 4096;
+
+/// Two threads, each taking a granted slot of its own allocation in `q`
+/// and dropping it: nothing queues, so both are lock-free (the mutex only
+/// for the allocation's last slot and the next allocation, once per
+/// [`BATCH`]).
+fn wl_take_release_ns_2t() -> f64 {
+    thread_local! {
+        static ALLOC: RefCell<Option<Allocation>> = const { RefCell::new(None) };
+    }
+    let cc = wl_cc(1 << 30);
+    ns_per_iter_threads(ROUNDS, 2, 200_000, |_| {
+        ALLOC.with(|a| {
+            let mut a = a.borrow_mut();
+            let slot = match a.as_ref().and_then(Allocation::try_acquire) {
+                Some(s) => s,
+                None => {
+                    let fresh = cc.allocate_in("q", 0, BATCH).unwrap();
+                    let s = fresh.try_acquire().expect("granted at once");
+                    *a = Some(fresh);
+                    s
+                }
+            };
+            drop(black_box(slot));
+        });
+    })
+}
+
+fn tokio_semaphore_ns_2t() -> f64 {
+    let sem = tokio::sync::Semaphore::new(1 << 20);
+    ns_per_iter_threads(ROUNDS, 2, 200_000, |_| {
+        let p = sem.try_acquire().expect("a permit");
+        drop(black_box(p));
     })
 }
 
@@ -305,6 +373,24 @@ fn main() {
         grant_release / tokio,
         "ratio; goal <= 1.5",
     );
+    r.put(
+        "wl_grant_release_ns",
+        wl_grant_release_ns(),
+        "ns; as grant_release_ns, handed on through a workload capped at 1",
+    );
+    let wl_2t = wl_take_release_ns_2t();
+    let tokio_2t = tokio_semaphore_ns_2t();
+    r.put(
+        "wl_take_release_ns_2t",
+        wl_2t,
+        "ns; try_acquire + lock-free release in a workload tree, 2 threads",
+    );
+    r.put(
+        "tokio_semaphore_ns_2t",
+        tokio_2t,
+        "ns; tokio Semaphore try_acquire + drop, 2 threads (baseline)",
+    );
+    r.put("wl_take_release_2t_over_tokio", wl_2t / tokio_2t, "ratio");
     r.put(
         "allocate_ns",
         allocate_ns(),

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use slotring_throttle::Tenant;
+use slotring_throttle::{Tenant, WorkloadTree};
 
 use crate::SlotsError;
 use crate::control_shared::{ControlShared, SlotState, Yielder};
@@ -13,6 +13,7 @@ use crate::scheduler::Scheduler;
 use crate::scheduler_state::{AllocShared, SchedulerState};
 use crate::slot::AcquiredSlot;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, take_one};
+use crate::workloads::WorkloadSlots;
 use crate::{SlotsCounters, UNLIMITED};
 
 /// A global budget of CPU slots shared by allocations (ClickHouse's
@@ -45,12 +46,14 @@ impl ConcurrencyControl {
         crate::lease::install_lease_hook();
         let state = SchedulerState::new();
         let yield_needed = state.yield_needed.clone();
+        let gauges = state.gauges.clone();
         Self {
             shared: Arc::new(ControlShared {
                 state: Mutex::new(state),
                 slots_acquired: AtomicU64::new(0),
                 slots_acquired_nc: AtomicU64::new(0),
                 yield_needed,
+                gauges,
             }),
         }
     }
@@ -129,14 +132,73 @@ impl ConcurrencyControl {
     /// `min` is granted at once (counting against the budget under round
     /// robin, non-competing under the fair schedulers); then free capacity is
     /// granted eagerly towards `max`, and the allocation waits for the rest.
+    ///
+    /// Errors: [`SlotsError::MinAboveMax`]; [`SlotsError::WorkloadRequired`]
+    /// when the control has a workload tree (use
+    /// [`ConcurrencyControl::allocate_in`]).
     pub fn allocate(&self, min: u64, max: u64) -> Result<Allocation, SlotsError> {
-        let (id, alloc) = self.shared.lock().allocate(min, max)?;
+        self.allocate_at(min, max, None)
+    }
+
+    /// As [`ConcurrencyControl::allocate`], in the leaf workload named
+    /// `workload` of the control's tree: its slots count against
+    /// `max_concurrent_threads` of that workload and of every ancestor, and
+    /// the tree decides which workload's waiter a free slot goes to (see the
+    /// `workloads` module docs).
+    ///
+    /// Errors: [`SlotsError::NoWorkloadTree`] without a tree,
+    /// [`SlotsError::UnknownWorkload`], [`SlotsError::WorkloadNotALeaf`],
+    /// [`SlotsError::MinAboveMax`].
+    pub fn allocate_in(
+        &self,
+        workload: &str,
+        min: u64,
+        max: u64,
+    ) -> Result<Allocation, SlotsError> {
+        self.allocate_at(min, max, Some(workload))
+    }
+
+    fn allocate_at(
+        &self,
+        min: u64,
+        max: u64,
+        workload: Option<&str>,
+    ) -> Result<Allocation, SlotsError> {
+        let (id, alloc) = self.shared.lock().allocate(min, max, workload)?;
         Ok(Allocation {
             shared: self.shared.clone(),
             id,
             alloc,
             tenant: None,
         })
+    }
+
+    /// A new, unlimited budget (as [`ConcurrencyControl::new`]) that
+    /// schedules by the workload tree `tree` from the start.
+    pub fn with_workloads(tree: &WorkloadTree) -> Self {
+        let cc = Self::new();
+        cc.set_workloads(tree)
+            .expect("a control without allocations accepts any tree");
+        cc
+    }
+
+    /// Schedule by `tree` from now on (a first tree, or a live change).
+    /// Workloads are carried by name with their waiters, holdings and
+    /// borrows; waiters that the new limits, priorities or weights let go
+    /// are granted at once; a lowered limit takes nothing back.
+    ///
+    /// Errors (nothing changes): [`SlotsError::WorkloadBusy`] naming a
+    /// workload that would be removed or given children while it has
+    /// allocations, counted or parked slots; [`SlotsError::WorkloadMoved`]
+    /// naming a workload given another parent; [`SlotsError::Unclassified`]
+    /// for a first tree while allocations made without one live.
+    pub fn set_workloads(&self, tree: &WorkloadTree) -> Result<(), SlotsError> {
+        self.shared.lock().set_workloads(tree)
+    }
+
+    /// Every workload's numbers, parents first (empty without a tree).
+    pub fn workloads(&self) -> Vec<WorkloadSlots> {
+        self.shared.lock().workloads()
     }
 
     /// A snapshot of the counters and gauges.
@@ -193,6 +255,11 @@ impl Allocation {
     pub fn with_tenant(mut self, tenant: Tenant) -> Self {
         self.tenant = Some(tenant);
         self
+    }
+
+    /// The workload it entered ([`ConcurrencyControl::allocate_in`]), if any.
+    pub fn workload(&self) -> Option<&str> {
+        self.alloc.workload.as_ref().map(|w| w.name.as_str())
     }
 
     /// The tenant this allocation's slots carry, if any.
@@ -404,5 +471,69 @@ impl SlotAllocation for GrantedAllocation {
     }
     fn is_requesting(&self) -> bool {
         false
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use slotring_throttle::{WorkloadSpec, WorkloadTree};
+
+    use super::ConcurrencyControl;
+
+    /// Drop `slot` on another thread; whether it finished within `wait`.
+    fn released_within(slot: crate::AcquiredSlot, wait: Duration) -> (bool, mpsc::Receiver<()>) {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            drop(slot);
+            let _ = tx.send(());
+        });
+        (rx.recv_timeout(wait).is_ok(), rx)
+    }
+
+    #[test]
+    fn a_release_with_nothing_queued_takes_no_lock_and_one_with_a_waiter_does() {
+        let tree = WorkloadTree::new(vec![
+            WorkloadSpec::new("all"),
+            WorkloadSpec::new("x")
+                .parent("all")
+                .max_concurrent_threads(3),
+        ])
+        .unwrap();
+        let cc = ConcurrencyControl::with_workloads(&tree);
+        let a = cc.allocate_in("x", 0, 3).unwrap();
+        let s0 = a.try_acquire().unwrap();
+        let s1 = a.try_acquire().unwrap();
+        let s2 = a.try_acquire().unwrap();
+        let held = |cc: &ConcurrencyControl| cc.workloads()[1].held;
+        {
+            let _state = cc.shared.lock();
+            let (done, _) = released_within(s1, Duration::from_secs(10));
+            assert!(done, "nothing queues: released while the mutex is held");
+        }
+        assert_eq!((held(&cc), cc.counters().cur_concurrency), (2, 2));
+        // A waiter: the release must take the mutex to hand its place on.
+        let b = cc.allocate_in("x", 0, 2).unwrap();
+        assert_eq!(b.granted(), 1, "x's freed place");
+        let rx = {
+            let _state = cc.shared.lock();
+            let (done, rx) = released_within(s2, Duration::from_millis(50));
+            assert!(!done, "a waiter: the release waits for the mutex");
+            rx
+        };
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(b.granted(), 2, "the released place went to the waiter");
+        // The allocation's last slot changes the holders: under the mutex.
+        drop(b);
+        let rx = {
+            let _state = cc.shared.lock();
+            let (done, rx) = released_within(s0, Duration::from_millis(50));
+            assert!(!done, "the last slot of its allocation");
+            rx
+        };
+        rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(held(&cc), 0);
     }
 }

@@ -11,7 +11,9 @@
 
 use slotring_throttle::LeaseState;
 
-use crate::scheduler_state::{AllocShared, SchedulerState};
+use crate::scheduler_state::{
+    AllocShared, Gauges, LockFreeRelease, SchedulerState, release_lock_free,
+};
 use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering, lock};
 
 /// State shared by a control, its allocations and their slots.
@@ -25,6 +27,9 @@ pub(crate) struct ControlShared {
     /// `should_yield`'s fast path is one `Relaxed` load of it (see
     /// `AcquiredSlot::should_yield` for why `Relaxed` suffices).
     pub(crate) yield_needed: Arc<AtomicU64>,
+    /// The scheduler state's `cur` and `waiters` (the same atomics), for
+    /// the lock-free release.
+    pub(crate) gauges: Arc<Gauges>,
 }
 
 impl ControlShared {
@@ -113,11 +118,24 @@ impl SlotState {
 }
 
 impl Drop for SlotState {
+    /// Release the slot: lock-free when nothing queues (see the
+    /// `scheduler_state::lock_free` module), under the mutex otherwise.
     fn drop(&mut self) {
-        if let Some(shared) = self.shared.take() {
-            shared
-                .lock()
-                .release(self.alloc.as_ref(), self.competing, self.parked);
+        let Some(shared) = self.shared.take() else {
+            return;
+        };
+        if let (true, false, Some(a)) = (self.competing, self.parked, &self.alloc) {
+            match release_lock_free(&shared.gauges, &shared.yield_needed, a) {
+                LockFreeRelease::Done => return,
+                LockFreeRelease::Schedule => {
+                    shared.lock().released_lock_free();
+                    return;
+                }
+                LockFreeRelease::Refused => {}
+            }
         }
+        shared
+            .lock()
+            .release(self.alloc.as_ref(), self.competing, self.parked);
     }
 }

@@ -71,6 +71,62 @@ pub enum SlotsError {
         /// The rejected maximum hold.
         max_hold: u32,
     },
+    /// `allocate_in` with a name that is not a workload of the tree.
+    #[error("no workload `{workload}` in the slot tree")]
+    UnknownWorkload {
+        /// The name asked for.
+        workload: String,
+    },
+    /// `allocate_in` with a workload that has children (allocations enter
+    /// leaves).
+    #[error("workload `{workload}` has children: allocations enter leaf workloads only")]
+    WorkloadNotALeaf {
+        /// The workload.
+        workload: String,
+    },
+    /// `allocate_in` on a control without a workload tree.
+    #[error("allocate_in(`{workload}`): this control has no workload tree (set_workloads first)")]
+    NoWorkloadTree {
+        /// The workload asked for.
+        workload: String,
+    },
+    /// `allocate` on a control with a workload tree: every allocation
+    /// enters a workload.
+    #[error("this control schedules by a workload tree: allocate_in(workload, min, max)")]
+    WorkloadRequired,
+    /// A tree change that would strand allocations or slots: removing a
+    /// workload, or giving children to a leaf, that still has some.
+    #[error(
+        "workload `{workload}` still has {allocations} allocations and {slots} counted slots: {change} refused"
+    )]
+    WorkloadBusy {
+        /// The workload.
+        workload: String,
+        /// Its live allocations.
+        allocations: u64,
+        /// The competing slots counted at it.
+        slots: u64,
+        /// What the change tried.
+        change: &'static str,
+    },
+    /// A tree change that moves a workload to another parent (remove it,
+    /// then add it under the new one): its slots' paths are fixed.
+    #[error("workload `{workload}`: a live change cannot move it from `{from}` to `{to}`")]
+    WorkloadMoved {
+        /// The workload.
+        workload: String,
+        /// Its parent now (`(root)` for the root).
+        from: String,
+        /// The parent asked for.
+        to: String,
+    },
+    /// A first workload tree while allocations made without one live (they
+    /// belong to no workload).
+    #[error("{allocations} allocations without a workload are live: a workload tree refused")]
+    Unclassified {
+        /// The live allocations.
+        allocations: u64,
+    },
     /// An adaptive-budget CPU count of 0 (the CPUs the process may use are
     /// at least 1).
     #[error("adaptive budget cpus 0: the process has at least 1 CPU")]
@@ -104,6 +160,42 @@ mod tests {
                     max: 2,
                 },
                 "allocated 2 of 2",
+            ),
+            (
+                SlotsError::UnknownWorkload {
+                    workload: "etl".into(),
+                },
+                "`etl`",
+            ),
+            (
+                SlotsError::WorkloadNotALeaf {
+                    workload: "all".into(),
+                },
+                "`all`",
+            ),
+            (
+                SlotsError::NoWorkloadTree {
+                    workload: "etl".into(),
+                },
+                "`etl`",
+            ),
+            (
+                SlotsError::WorkloadBusy {
+                    workload: "etl".into(),
+                    allocations: 2,
+                    slots: 3,
+                    change: "removing it",
+                },
+                "`etl` still has 2 allocations and 3 counted slots: removing it",
+            ),
+            (SlotsError::Unclassified { allocations: 4 }, "4 allocations"),
+            (
+                SlotsError::WorkloadMoved {
+                    workload: "etl".into(),
+                    from: "batch".into(),
+                    to: "user".into(),
+                },
+                "`etl`: a live change cannot move it from `batch` to `user`",
             ),
             (
                 SlotsError::Timeout {

@@ -17,6 +17,13 @@
 //!   `acquire_timeout`, `set_max`, `free`, `is_requesting`; each
 //!   [`AcquiredSlot`] has a `slot_id` 0, 1, 2, … in grant order.
 //!   [`GrantedAllocation`] is the escape hatch that counts nothing.
+//! * Workloads ([`ConcurrencyControl::with_workloads`],
+//!   [`ConcurrencyControl::set_workloads`], [`ConcurrencyControl::allocate_in`],
+//!   [`ConcurrencyControl::workloads`] → [`WorkloadSlots`]): allocations
+//!   enter leaves of a `slotring_throttle::WorkloadTree`; each workload's
+//!   `max_concurrent_threads` caps the slots below it, and strict priority
+//!   then count-fair weights pick the workload a free slot goes to, the
+//!   three schedulers the allocation inside it (see the `workloads` module).
 //! * CPU leases ([`SlotLease`], [`AcquiredSlot::make_current`],
 //!   [`CpuLeaseParkGuard`]): a parked slot stops counting; unpark borrows.
 //!   The crate installs a `slotring_throttle::LeaseHook` so blocking throttler
@@ -25,7 +32,9 @@
 //!
 //! Design: one mutex-protected `pub(crate)` scheduler state behind thin
 //! wrappers (see the `scheduler_state` module for the waiter lists and the
-//! invariants). The code runs unchanged under loom
+//! invariants); `try_acquire` never locks, and a release locks only when
+//! something queues, a yield is wanted, or it is its allocation's last
+//! slot (the `scheduler_state::lock_free` module). The code runs unchanged under loom
 //! (`RUSTFLAGS="--cfg loom"`) through the `sync` facade.
 //!
 //! This crate knows nothing of io_uring, tokio, BPF or Prometheus.
@@ -48,8 +57,9 @@
 #![forbid(unsafe_code)]
 
 // Module dependencies run one way: `control` -> `slot` -> `lease` ->
-// `control_shared` -> `scheduler_state`, each also using any module further
-// along that chain and the leaves `error`, `scheduler` and `sync` (the
+// `control_shared` -> `scheduler_state` -> `workloads`, each also using any
+// module further along that chain and the leaves `error`, `scheduler` and
+// `sync` (the
 // counter sets live in `slotring-counters`); `adaptive` (the budget's
 // control law) is a leaf too: pure arithmetic on numbers.
 mod adaptive;
@@ -61,6 +71,7 @@ mod scheduler;
 mod scheduler_state;
 mod slot;
 mod sync;
+mod workloads;
 
 pub use adaptive::{AdaptiveConfig, BudgetController, RunqSample, Step};
 pub use control::{Allocation, ConcurrencyControl, GrantedAllocation, SlotAllocation};
@@ -70,3 +81,4 @@ pub use scheduler::Scheduler;
 pub use slot::{AcquiredSlot, CPU_YIELD_INTERVAL, CurrentLease};
 pub use slotring_counters::slots::{AdaptiveCounters, SlotsCounters, UNLIMITED};
 pub use slotring_throttle::LeaseState;
+pub use workloads::{GRANT_SCALE, WorkloadSlots};

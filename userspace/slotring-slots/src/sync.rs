@@ -2,12 +2,12 @@
 //! `RUSTFLAGS="--cfg loom"`, on loom's model-checked ones.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering, fence};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering, fence};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 

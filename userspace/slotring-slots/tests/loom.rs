@@ -8,6 +8,7 @@ use loom::thread;
 use slotring_slots::{
     ConcurrencyControl, CpuLeaseParkGuard, Scheduler, SlotLease, SlotsCounters, SlotsError,
 };
+use slotring_throttle::{WorkloadSpec, WorkloadTree};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut b = loom::model::Builder::new();
@@ -348,6 +349,125 @@ fn yielded_holder_is_granted_when_the_budget_grows() {
         assert!(!s0.should_yield());
         drop(s0);
         drop(a);
+        idle(cc.counters());
+    });
+}
+
+/// `all` with `p` (max_concurrent_threads `max`) over the leaves `x` and `y`.
+fn capped_parent(max: u64) -> ConcurrencyControl {
+    let tree = WorkloadTree::new(vec![
+        WorkloadSpec::new("all"),
+        WorkloadSpec::new("p")
+            .parent("all")
+            .max_concurrent_threads(max),
+        WorkloadSpec::new("x").parent("p"),
+        WorkloadSpec::new("y").parent("p"),
+    ])
+    .unwrap();
+    ConcurrencyControl::with_workloads(&tree)
+}
+
+/// `p`'s slots, borrows aside, never above its limit; what it holds.
+fn p_within(cc: &ConcurrencyControl) -> u64 {
+    let p = cc.workloads().into_iter().find(|w| w.name == "p").unwrap();
+    let max = p.max_concurrent_threads.unwrap();
+    assert!(p.held - p.borrowed <= max, "{p:?}");
+    p.held
+}
+
+/// A release in workload `x` races a blocking acquire in its sibling `y`
+/// and a lock-free `try_acquire` in `x`, under their parent's limit of 1
+/// (the global budget is unlimited): the freed place is granted once, to
+/// `y` (x had the last grant), the blocked acquirer wakes with it, and `p`
+/// never holds two.
+#[test]
+fn release_in_one_workload_grants_its_sibling_under_a_capped_parent() {
+    model(|| {
+        let cc = capped_parent(1);
+        let x = cc.allocate_in("x", 0, 2).unwrap();
+        let s = x.try_acquire().unwrap();
+        let y = Arc::new(cc.allocate_in("y", 0, 1).unwrap());
+        assert_eq!(y.granted(), 0, "p is full");
+        let y2 = y.clone();
+        let cc2 = cc.clone();
+        let t = thread::spawn(move || {
+            let slot = y2.acquire().unwrap();
+            assert_eq!(p_within(&cc2), 1);
+            slot // kept until x has looked
+        });
+        drop(s);
+        // Races the grant to y: x has nothing granted whichever comes first.
+        assert!(x.try_acquire().is_none());
+        p_within(&cc);
+        let slot = t.join().unwrap();
+        assert_eq!(slot.slot_id(), 0);
+        drop(slot);
+        assert_eq!(x.granted(), 1, "y's release goes back to x");
+        drop((x, y));
+        assert_eq!(p_within(&cc), 0);
+        idle(cc.counters());
+    });
+}
+
+/// A park and unpark in `x` race a waiter's acquire and release in `y`
+/// under the capped parent: the waiter gets the parked place or the
+/// released one, the unpark borrows when `y` holds the place, and every
+/// borrow is repaid.
+#[test]
+fn park_in_one_workload_races_a_waiter_in_another_under_a_capped_parent() {
+    model(|| {
+        let cc = capped_parent(1);
+        let x = cc.allocate_in("x", 0, 1).unwrap();
+        let mut s = x.try_acquire().unwrap();
+        let y = Arc::new(cc.allocate_in("y", 0, 1).unwrap());
+        let y2 = y.clone();
+        let cc2 = cc.clone();
+        let t = thread::spawn(move || {
+            let slot = y2.acquire().unwrap();
+            p_within(&cc2);
+            drop(slot);
+        });
+        assert!(s.park());
+        s.unpark();
+        p_within(&cc);
+        drop(s); // if y still waits, this release hands it the place
+        t.join().unwrap();
+        drop((x, y));
+        assert_eq!(p_within(&cc), 0);
+        let p = cc.workloads().into_iter().find(|w| w.name == "p").unwrap();
+        assert_eq!(p.borrowed, 0, "{p:?}");
+        idle(cc.counters());
+    });
+}
+
+/// The lock-free release (nothing queues when it starts) races a new
+/// allocation in the sibling workload, which queues behind the parent's
+/// limit of 2 under the mutex: either the new allocation sees the freed
+/// place, or the release sees it queued and hands the place on; the
+/// blocking acquire always returns, and `p` never holds three.
+#[test]
+fn lock_free_release_races_a_new_waiter_under_a_capped_parent() {
+    model(|| {
+        let cc = capped_parent(2);
+        let x = cc.allocate_in("x", 0, 2).unwrap();
+        let s0 = x.try_acquire().unwrap();
+        let s1 = x.try_acquire().unwrap();
+        assert!(!x.is_requesting());
+        let cc2 = cc.clone();
+        let t = thread::spawn(move || {
+            let y = cc2.allocate_in("y", 0, 1).unwrap();
+            let slot = y.acquire().unwrap();
+            assert_eq!(p_within(&cc2), 2);
+            drop(slot);
+            drop(y);
+        });
+        drop(s1);
+        p_within(&cc);
+        t.join().unwrap();
+        assert_eq!(p_within(&cc), 1);
+        drop(s0);
+        drop(x);
+        assert_eq!(p_within(&cc), 0);
         idle(cc.counters());
     });
 }

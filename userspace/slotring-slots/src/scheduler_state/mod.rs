@@ -3,12 +3,17 @@
 //!
 //! Everything that touches the budget (`cur`, `max`, `borrowed`), the waiter
 //! lists and the per-allocation bookkeeping runs inside [`SchedulerState`]'s
-//! methods, called with the mutex held. Only two things live outside the
-//! mutex: the per-allocation `granted` / `noncompeting` counts that `try_acquire`
-//! takes lock-free (see [`crate::sync::take_one`] for their memory ordering),
-//! and the two `slots_acquired*` statistics.
+//! methods, called with the mutex held, with two exceptions: the
+//! per-allocation `granted` / `noncompeting` counts that `try_acquire`
+//! takes lock-free (see [`crate::sync::take_one`] for their memory
+//! ordering), and the release of a slot while nothing queues, which takes
+//! one from its allocation's `held` and counts itself in the `released`
+//! counts that every read of `cur` and of its workloads' `held` subtracts
+//! (the `lock_free` module: when it may, and why no hand-over is lost).
 //!
-//! Waiter lists:
+//! Waiter lists (the `waiters` module): one queue without a workload tree,
+//! one per workload with one (the `workloads` module picks the queue of
+//! each slot); in each queue
 //! * round robin and fair round robin: a circular doubly-linked list threaded
 //!   through the allocation slab, with a cursor on the next allocation to
 //!   serve; a new waiter is inserted just before the cursor (ClickHouse's
@@ -17,10 +22,12 @@
 //! * max-min fair: an ordered set of `(allocated, sequence, id)`; a grant
 //!   removes the first entry and re-inserts it with `allocated + 1`.
 //!
-//! No stranded waiters: [`SchedulerState::schedule`] runs all three
-//! schedulers on every call (the active one last) and each loops until its
-//! list is empty or the budget is full. Hence after every operation: `cur < max` ⇒ no waiter in
-//! any list, whichever scheduler each waiter was created under.
+//! No stranded waiters: [`SchedulerState::schedule`] grants while the
+//! budget has room and some queue may take a slot, serving each queue's
+//! three lists (the active scheduler's last), whichever scheduler each
+//! waiter was created under. Hence after every operation: `cur < limit` ⇒
+//! no waiter that its workloads' `max_concurrent_threads` let go (without a
+//! tree: no waiter at all).
 //!
 //! Wake-ups: a blocking `acquire` waits on its allocation's condvar with the
 //! state mutex (counted in `blocked`), so a notify under the mutex is never
@@ -30,9 +37,10 @@
 //! (`notify_all`: every other blocked caller must return `Exhausted` or
 //! `Freed` instead of sleeping forever).
 //!
-//! Borrowing: `borrowed ≤ cur.saturating_sub(max)` always (it is clamped after
-//! every decrease of `cur` and every change of `max`), so it drops to 0 when
-//! all slots are released: no capacity is ever lost. The budget invariant
+//! Borrowing: `borrowed ≤ cur.saturating_sub(max)` always (it is read as
+//! that minimum, and stored so before every raise of `cur`, after every
+//! decrease under the mutex and every change of `max`), so it drops to 0
+//! when all slots are released: no capacity is ever lost. The budget invariant
 //! `cur − borrowed ≤ max` holds at every step for allocations of the fair
 //! schedulers while `max` is not lowered: grants require `cur < max`, an
 //! unpark either fits (`cur < max`) or raises `cur` and `borrowed` together,
@@ -54,35 +62,48 @@
 //! # Memory ordering
 //!
 //! Everything above is guarded by the one mutex, which orders it. The atomics
-//! outside it are pure counts that publish no other data, so all their
-//! operations are `Relaxed`:
+//! outside it are counts that publish no other data, all `Relaxed`; the one
+//! pairing between a lock-free and a locked path (a release that finds no
+//! waiter, a waiter that queues) is made by a `SeqCst` fence on each side
+//! (see the `lock_free` module):
+//! * `released` and `waiters` (the [`Gauges`]) and every workload's
+//!   `released`: the lock-free release adds to `released`, the mutex
+//!   folds it back and changes `waiters`; a locked reader may see a count
+//!   lower than when its critical section began, never higher.
 //! * `granted` / `noncompeting` (per allocation): incremented (grant) and
 //!   emptied (`free`) only inside the mutex, decremented lock-free by
 //!   `try_acquire` with a CAS that never goes below zero. Each unit is taken
 //!   by exactly one RMW (single-location coherence), and the slot it becomes
-//!   is later returned inside the mutex; that critical section cannot precede
-//!   the granting one, since the CAS read the grant's write (see
-//!   [`crate::sync::take_one`]). The loom model `free_races_try_acquire`
-//!   checks the take-or-return race.
+//!   is later returned (inside the mutex, or by the lock-free release of
+//!   counts the grant raised); the return cannot precede the grant, since
+//!   the CAS read the grant's write (see [`crate::sync::take_one`]). The
+//!   loom model `free_races_try_acquire` checks the take-or-return race.
 //! * `next_slot_id` (per allocation): a `fetch_add`, so ids are unique; in
 //!   grant order up to the interleaving of concurrent acquirers.
 //! * `slots_acquired*` (per control): statistics only.
-//! * `held` / `owed` (per allocation): changed and read only inside the
-//!   mutex; atomics only because they live in the `AllocShared` that a
-//!   slot may keep after its allocation is gone.
+//! * `held` / `owed` (per allocation): atomics because they live in the
+//!   `AllocShared` that a slot may keep after its allocation is gone;
+//!   changed inside the mutex, except that the lock-free release takes one
+//!   from `held` by a CAS that never leaves it at 0 (so the count of
+//!   holding allocations, kept under the mutex, stays exact).
 //! * `yield_needed` (per control): stored inside the mutex after every
 //!   operation, loaded lock-free by `should_yield`'s fast path. It is a
 //!   hint: the decision and the promise are made again inside the mutex. A
 //!   stale 0 only delays a yield to a later checkpoint (the store becomes
 //!   visible); a stale positive value costs one lock that answers no.
 
-use std::collections::BTreeSet;
+mod lock_free;
+mod waiters;
+
 use std::time::Instant;
 
 use crate::SlotsError;
 use crate::scheduler::Scheduler;
 use crate::sync::{Arc, AtomicU64, Condvar, Ordering};
+use crate::workloads::{GONE, SlotTree, WorkloadRef, WorkloadSlots};
 use crate::{SlotsCounters, UNLIMITED};
+pub(crate) use lock_free::{Gauges, LockFreeRelease, release_lock_free};
+use waiters::LeafQueue;
 
 const NIL: u32 = u32::MAX;
 
@@ -104,10 +125,12 @@ pub(crate) struct AllocShared {
     pub(crate) held: AtomicU64,
     /// Yields promised by `should_yield` and not yet made (under the mutex).
     pub(crate) owed: AtomicU64,
+    /// The workload it entered (with a tree): its slots count there.
+    pub(crate) workload: Option<Arc<WorkloadRef>>,
 }
 
 impl AllocShared {
-    fn new(id: u32, granted: u64, noncompeting: u64) -> Self {
+    fn new(id: u32, granted: u64, noncompeting: u64, workload: Option<Arc<WorkloadRef>>) -> Self {
         Self {
             granted: AtomicU64::new(granted),
             noncompeting: AtomicU64::new(noncompeting),
@@ -116,6 +139,7 @@ impl AllocShared {
             id,
             held: AtomicU64::new(0),
             owed: AtomicU64::new(0),
+            workload,
         }
     }
 }
@@ -134,17 +158,11 @@ struct AllocState {
     in_waiters: bool,
     freed: bool,
     blocked: u32,
+    /// The queue it waits in: its workload's node (0 without a tree).
+    queue: usize,
     prev: u32,
     next: u32,
     shared: Arc<AllocShared>,
-}
-
-/// A circular waiter list (round robin, fair round robin): its cursor (the
-/// next allocation to serve) and length; the links live in the slab.
-#[derive(Debug, Default)]
-struct CircularWaiters {
-    cursor: Option<u32>,
-    len: usize,
 }
 
 /// Plain counters kept under the mutex.
@@ -174,10 +192,16 @@ struct Blocked {
 #[derive(Debug)]
 pub(crate) struct SchedulerState {
     pub(crate) max: u64,
-    pub(crate) cur: u64,
-    pub(crate) borrowed: u64,
+    /// Competing slots counted, gross of the lock-free releases not yet
+    /// folded in: the count is [`SchedulerState::cur`].
+    cur: u64,
+    /// What the lock-free release writes and reads: its releases not yet
+    /// folded into `cur`, and `waiters` (see the `lock_free` module).
+    pub(crate) gauges: Arc<Gauges>,
+    /// Borrowed slots as last clamped: the count is `min(borrowed, cur −
+    /// limit)` ([`SchedulerState::borrowed`]).
+    borrowed: u64,
     pub(crate) allocations: u64,
-    pub(crate) waiters: u64,
     pub(crate) parked: u64,
     /// The effective budget set by the adaptive controller ([`UNLIMITED`]:
     /// static). Scheduling obeys `min(max, cap)` ([`SchedulerState::limit`]).
@@ -194,8 +218,11 @@ pub(crate) struct SchedulerState {
     blocked: Blocked,
     slab: Vec<Option<AllocState>>,
     free_ids: Vec<u32>,
-    circular: [CircularWaiters; 2],
-    mmf: BTreeSet<(u64, u64, u32)>,
+    /// The waiter lists: one queue without a tree, one per workload (at
+    /// its node's index) with one.
+    queues: Vec<LeafQueue>,
+    /// The workload tree, if any (see the `workloads` module).
+    tree: Option<SlotTree>,
     next_seq: u64,
 }
 
@@ -210,9 +237,9 @@ impl SchedulerState {
         Self {
             max: UNLIMITED,
             cur: 0,
+            gauges: Arc::new(Gauges::default()),
             borrowed: 0,
             allocations: 0,
-            waiters: 0,
             parked: 0,
             cap: UNLIMITED,
             holders: 0,
@@ -223,8 +250,8 @@ impl SchedulerState {
             blocked: Blocked::default(),
             slab: Vec::new(),
             free_ids: Vec::new(),
-            circular: [CircularWaiters::default(), CircularWaiters::default()],
-            mmf: BTreeSet::new(),
+            queues: vec![LeafQueue::default()],
+            tree: None,
             next_seq: 0,
         }
     }
@@ -237,7 +264,31 @@ impl SchedulerState {
 
     /// Free capacity (ClickHouse's `available`).
     pub(crate) fn available(&self) -> u64 {
-        self.limit().saturating_sub(self.cur)
+        self.limit().saturating_sub(self.cur())
+    }
+
+    /// Competing slots counted against the budget: `cur` less the
+    /// lock-free releases since the last fold.
+    pub(crate) fn cur(&self) -> u64 {
+        self.cur - self.gauges.released.load(Ordering::Relaxed)
+    }
+
+    /// Fold the lock-free releases into `cur` (one swap, only when there
+    /// are some).
+    fn fold_released(&mut self) {
+        if self.gauges.released.load(Ordering::Relaxed) != 0 {
+            self.cur -= self.gauges.released.swap(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Allocations in a waiter list.
+    pub(crate) fn waiters(&self) -> u64 {
+        self.gauges.waiters.load(Ordering::Relaxed)
+    }
+
+    /// Borrowed slots: never above the overshoot `cur − limit`.
+    pub(crate) fn borrowed(&self) -> u64 {
+        self.borrowed.min(self.cur().saturating_sub(self.limit()))
     }
 
     fn st(&self, id: u32) -> &AllocState {
@@ -248,9 +299,13 @@ impl SchedulerState {
         self.slab[id as usize].as_mut().expect("live allocation id")
     }
 
-    /// `borrowed` never exceeds the current overshoot.
+    /// Store [`SchedulerState::borrowed`]: before every raise of `cur` and
+    /// every change of the limit (so that a borrow repaid by a lock-free
+    /// release is not counted again when the overshoot grows), and after
+    /// every decrease and every change of the limit.
     fn clamp_borrowed(&mut self) {
-        self.borrowed = self.borrowed.min(self.cur.saturating_sub(self.limit()));
+        self.fold_released();
+        self.borrowed = self.borrowed();
     }
 
     fn emit_delayed(&mut self, id: u32, wanted: u64) {
@@ -266,178 +321,30 @@ impl SchedulerState {
         }
     }
 
-    // ---- waiter lists --------------------------------------------------
-
-    fn circular_insert(&mut self, r: usize, id: u32) {
-        match self.circular[r].cursor {
-            None => {
-                let st = self.st_mut(id);
-                st.prev = id;
-                st.next = id;
-                self.circular[r].cursor = Some(id);
-            }
-            Some(c) => {
-                let p = self.st(c).prev;
-                self.st_mut(p).next = id;
-                self.st_mut(c).prev = id;
-                let st = self.st_mut(id);
-                st.prev = p;
-                st.next = c;
-            }
-        }
-        self.circular[r].len += 1;
-    }
-
-    fn circular_remove(&mut self, r: usize, id: u32) {
-        let (p, n) = {
-            let st = self.st(id);
-            (st.prev, st.next)
-        };
-        if self.circular[r].len == 1 {
-            self.circular[r].cursor = None;
-        } else {
-            self.st_mut(p).next = n;
-            self.st_mut(n).prev = p;
-            if self.circular[r].cursor == Some(id) {
-                self.circular[r].cursor = Some(n);
-            }
-        }
-        let st = self.st_mut(id);
-        st.prev = NIL;
-        st.next = NIL;
-        self.circular[r].len -= 1;
-    }
-
-    fn add_waiter(&mut self, id: u32) {
-        let (kind, key) = {
-            let st = self.st_mut(id);
-            debug_assert!(!st.in_waiters);
-            st.in_waiters = true;
-            (st.kind, (st.allocated, st.seq, id))
-        };
-        match kind {
-            Scheduler::MaxMinFair => {
-                self.mmf.insert(key);
-            }
-            k => self.circular_insert(k.index(), id),
-        }
-        self.waiters += 1;
-    }
-
-    fn remove_waiter(&mut self, id: u32) {
-        let (kind, key) = {
-            let st = self.st_mut(id);
-            debug_assert!(st.in_waiters);
-            st.in_waiters = false;
-            (st.kind, (st.allocated, st.seq, id))
-        };
-        match kind {
-            Scheduler::MaxMinFair => {
-                let removed = self.mmf.remove(&key);
-                debug_assert!(removed);
-            }
-            k => self.circular_remove(k.index(), id),
-        }
-        self.waiters -= 1;
-    }
-
-    /// Grant one competing slot (already counted in `cur`) to `id`; returns
-    /// whether it still wants more.
-    fn grant(&mut self, id: u32) -> bool {
-        let shared = self.st(id).shared.clone();
-        self.held_add(&shared, 1);
-        let st = self.st_mut(id);
-        st.allocated += 1;
-        st.shared.granted.fetch_add(1, Ordering::Relaxed);
-        let wants_more = st.allocated < st.limit;
-        if st.blocked > 0 {
-            if wants_more {
-                st.shared.cv.notify_one();
-            } else {
-                // The last grant it will get: one blocked acquirer takes it,
-                // the others must wake to return `Exhausted` (or they would
-                // sleep forever).
-                st.shared.cv.notify_all();
-            }
-        }
-        wants_more
-    }
-
-    /// Run all three schedulers, the active one last.
-    pub(crate) fn schedule(&mut self) {
-        if self.waiters == 0 {
-            return;
-        }
-        let order = match self.scheduler {
-            Scheduler::RoundRobin => [
-                Scheduler::FairRoundRobin,
-                Scheduler::MaxMinFair,
-                Scheduler::RoundRobin,
-            ],
-            Scheduler::FairRoundRobin => [
-                Scheduler::RoundRobin,
-                Scheduler::MaxMinFair,
-                Scheduler::FairRoundRobin,
-            ],
-            Scheduler::MaxMinFair => [
-                Scheduler::RoundRobin,
-                Scheduler::FairRoundRobin,
-                Scheduler::MaxMinFair,
-            ],
-        };
-        for s in order {
-            self.schedule_one(s);
-        }
-    }
-
-    fn schedule_one(&mut self, s: Scheduler) {
-        match s {
-            Scheduler::MaxMinFair => {
-                while self.cur < self.limit() {
-                    let Some(&key) = self.mmf.first() else { break };
-                    let (allocated, seq, id) = key;
-                    self.cur += 1;
-                    if self.grant(id) {
-                        // Insert the new key before removing the old one, so a
-                        // set of one never frees and reallocates its node.
-                        self.mmf.insert((allocated + 1, seq, id));
-                    } else {
-                        self.st_mut(id).in_waiters = false;
-                        self.waiters -= 1;
-                    }
-                    self.mmf.remove(&key);
-                }
-            }
-            k => {
-                let r = k.index();
-                while self.cur < self.limit() {
-                    let Some(id) = self.circular[r].cursor else {
-                        break;
-                    };
-                    self.cur += 1;
-                    if self.grant(id) {
-                        self.circular[r].cursor = Some(self.st(id).next);
-                    } else {
-                        self.circular_remove(r, id);
-                        self.st_mut(id).in_waiters = false;
-                        self.waiters -= 1;
-                    }
-                }
-            }
-        }
-    }
-
     // ---- operations ----------------------------------------------------
 
-    /// `allocate(min, max)` under the active scheduler.
+    /// `allocate(min, max)` under the active scheduler, entering
+    /// `workload` (a leaf of the tree; `None` without a tree).
     pub(crate) fn allocate(
         &mut self,
         min: u64,
         max: u64,
+        workload: Option<&str>,
     ) -> Result<(u32, Arc<AllocShared>), SlotsError> {
         if min > max {
             return Err(SlotsError::MinAboveMax { min, max });
         }
+        let workload = match (&mut self.tree, workload) {
+            (None, None) => None,
+            (Some(tree), Some(name)) => Some(tree.enter(name)?),
+            (None, Some(name)) => {
+                return Err(SlotsError::NoWorkloadTree {
+                    workload: name.to_owned(),
+                });
+            }
+            (Some(_), None) => return Err(SlotsError::WorkloadRequired),
+        };
+        let queue = workload.as_ref().map_or(0, |w| w.index());
         let kind = self.scheduler;
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -446,6 +353,7 @@ impl SchedulerState {
         let (limit, allocated, granted, noncompeting) = if kind.min_is_non_competing() {
             (max - min, 0, 0, min)
         } else {
+            self.clamp_borrowed();
             self.cur = self.cur.saturating_add(min);
             (max, min, min, 0)
         };
@@ -456,7 +364,7 @@ impl SchedulerState {
                 u32::try_from(self.slab.len() - 1).expect("fewer than 2^32 live allocations")
             }
         };
-        let shared = Arc::new(AllocShared::new(id, granted, noncompeting));
+        let shared = Arc::new(AllocShared::new(id, granted, noncompeting, workload));
         if granted > 0 {
             self.held_add(&shared, granted);
         }
@@ -471,6 +379,7 @@ impl SchedulerState {
             in_waiters: false,
             freed: false,
             blocked: 0,
+            queue,
             prev: NIL,
             next: NIL,
             shared: shared.clone(),
@@ -562,6 +471,9 @@ impl SchedulerState {
         if in_waiters {
             self.remove_waiter(id);
         }
+        if let (Some(tree), Some(w)) = (&mut self.tree, &shared.workload) {
+            tree.leave(w.index());
+        }
         self.allocations -= 1;
         self.schedule();
         self.refresh_yield();
@@ -614,6 +526,8 @@ impl SchedulerState {
     }
 
     pub(crate) fn set_max_concurrency(&mut self, value: u64) {
+        // A lowered limit raises the overshoot: store the borrows first.
+        self.clamp_borrowed();
         self.max = value.max(1);
         self.clamp_borrowed();
         self.schedule();
@@ -625,6 +539,8 @@ impl SchedulerState {
     /// nothing by itself: holders above their fair share are asked to yield
     /// through `should_yield`; a growth grants to waiters at once.
     pub(crate) fn set_effective_budget(&mut self, value: u64) {
+        // A lowered limit raises the overshoot: store the borrows first.
+        self.clamp_borrowed();
         self.cap = value.max(1);
         self.clamp_borrowed();
         self.schedule();
@@ -647,18 +563,31 @@ impl SchedulerState {
 
     // ---- yields --------------------------------------------------------
 
+    /// `a` counts `n` more slots: against its workloads too.
     fn held_add(&mut self, a: &AllocShared, n: u64) {
         if n == 0 {
             return;
         }
+        if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
+            tree.add(w.index(), n);
+        }
+        self.alloc_held_add(a, n);
+    }
+
+    /// `a` counts `n` more slots (its workloads are the caller's).
+    fn alloc_held_add(&mut self, a: &AllocShared, n: u64) {
         if a.held.fetch_add(n, Ordering::Relaxed) == 0 {
             self.holders += 1;
         }
     }
 
+    /// `a` counts `n` fewer slots: against its workloads too.
     fn held_sub(&mut self, a: &AllocShared, n: u64) {
         if n == 0 {
             return;
+        }
+        if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
+            tree.sub(w.index(), n);
         }
         let before = a.held.fetch_sub(n, Ordering::Relaxed);
         debug_assert!(before >= n, "held {before} < {n}");
@@ -670,7 +599,7 @@ impl SchedulerState {
     /// Store the fast-path hint: yields still wanted (borrowed slots are
     /// repaid by withholding, not by yields).
     fn refresh_yield(&self) {
-        let needed = (self.cur - self.borrowed)
+        let needed = (self.cur() - self.borrowed())
             .saturating_sub(self.limit())
             .saturating_sub(self.owed);
         self.yield_needed.store(needed, Ordering::Relaxed);
@@ -711,6 +640,9 @@ impl SchedulerState {
     /// beyond what it already promised, more than its fair share
     /// `max(1, limit / holders)`.
     pub(crate) fn should_yield(&mut self, a: &AllocShared) -> bool {
+        // A lock-free release may have lowered `cur` since the hint was
+        // stored: decide on the count now.
+        self.refresh_yield();
         if self.yield_needed.load(Ordering::Relaxed) == 0 {
             return false;
         }
@@ -737,6 +669,10 @@ impl SchedulerState {
     ) {
         if parked {
             self.parked -= 1;
+            if let (Some(tree), Some(w)) = (&mut self.tree, alloc.and_then(|a| a.workload.as_ref()))
+            {
+                tree.parked_dropped(w.index());
+            }
         } else if competing {
             if let Some(a) = alloc {
                 self.slot_left(a);
@@ -748,6 +684,13 @@ impl SchedulerState {
         self.refresh_yield();
     }
 
+    /// After a lock-free release that found waiters: hand the capacity on.
+    pub(crate) fn released_lock_free(&mut self) {
+        self.clamp_borrowed();
+        self.schedule();
+        self.refresh_yield();
+    }
+
     /// Park an acquired slot: it stops counting; its capacity may be granted.
     pub(crate) fn park(&mut self, alloc: Option<&Arc<AllocShared>>, competing: bool) {
         self.parked += 1;
@@ -756,6 +699,9 @@ impl SchedulerState {
             if let Some(a) = alloc {
                 // A park is no yield: a promise stays owed until a release.
                 self.held_sub(a, 1);
+                if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
+                    tree.parked(w.index());
+                }
             }
             self.cur -= 1;
             self.clamp_borrowed();
@@ -770,15 +716,58 @@ impl SchedulerState {
         self.stats.unparks += 1;
         if competing {
             if let Some(a) = alloc {
-                self.held_add(a, 1);
+                if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
+                    tree.unparked(w.index());
+                }
+                self.alloc_held_add(a, 1);
             }
-            if self.cur >= self.limit() {
+            self.clamp_borrowed();
+            if self.cur() >= self.limit() {
                 self.borrowed += 1;
                 self.stats.unpark_borrows += 1;
             }
             self.cur += 1;
         }
         self.refresh_yield();
+    }
+
+    /// Schedule by `spec` from now on (see the `workloads` module for what
+    /// a change carries and refuses). The first tree refuses while
+    /// allocations made without one live.
+    pub(crate) fn set_workloads(
+        &mut self,
+        spec: &slotring_throttle::WorkloadTree,
+    ) -> Result<(), SlotsError> {
+        if self.tree.is_none() && self.allocations > 0 {
+            return Err(SlotsError::Unclassified {
+                allocations: self.allocations,
+            });
+        }
+        let (tree, map) = SlotTree::rebuild(self.tree.as_ref(), spec)?;
+        let mut queues: Vec<LeafQueue> = (0..tree.len()).map(|_| LeafQueue::default()).collect();
+        if self.tree.is_some() {
+            for (old, q) in std::mem::take(&mut self.queues).into_iter().enumerate() {
+                match map[old] {
+                    GONE => debug_assert_eq!(q.len, 0, "a workload with waiters is kept"),
+                    new => queues[new] = q,
+                }
+            }
+            for st in self.slab.iter_mut().flatten() {
+                if let Some(w) = &st.shared.workload {
+                    st.queue = w.index();
+                }
+            }
+        }
+        self.queues = queues;
+        self.tree = Some(tree);
+        self.schedule();
+        self.refresh_yield();
+        Ok(())
+    }
+
+    /// Every workload's numbers (empty without a tree).
+    pub(crate) fn workloads(&self) -> Vec<WorkloadSlots> {
+        self.tree.as_ref().map_or_else(Vec::new, SlotTree::snapshot)
     }
 
     pub(crate) fn snapshot(&self, acquired: u64, acquired_nc: u64) -> SlotsCounters {
@@ -796,11 +785,11 @@ impl SchedulerState {
             budget_effective: self.limit(),
             yields: self.stats.yields,
             waiting_us: self.waiting_ns_at(Instant::now()) / 1000,
-            cur_concurrency: self.cur,
+            cur_concurrency: self.cur(),
             allocations: self.allocations,
-            waiters: self.waiters,
+            waiters: self.waiters(),
             parked: self.parked,
-            borrowed: self.borrowed,
+            borrowed: self.borrowed(),
         }
     }
 }
