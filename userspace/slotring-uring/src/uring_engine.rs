@@ -31,7 +31,10 @@
 //!   issues the IO at the deadline with no userspace wake-up in between.
 //!
 //! A wait *after* the IO (the charge of a page-cache hit) is a standalone
-//! timeout anyway and is parked the same way. IO without a throttle delay
+//! timeout anyway and is parked the same way, and so is a wait for a
+//! workload's turn (`Lifecycle::Turn`: nothing of the request is on the
+//! ring but its re-poll timeout, and the turn comes with another request's
+//! completion, which wakes the thread through the doorbell). IO without a throttle delay
 //! (page-cache hits, NOWAIT probes and misses, unthrottled reads and
 //! writes) parks nothing. The ticket API ([`UringEngine::submit_read`],
 //! [`UringEngine::wait`], [`UringEngine::wait_any`]) never parks and keeps

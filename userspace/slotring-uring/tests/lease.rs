@@ -407,3 +407,57 @@ fn a_ring_failure_during_a_parked_wait_unparks_and_abandons_the_request() {
     assert_eq!(r.unwrap(), 4096);
     assert_eq!(buf, tf.data[..4096]);
 }
+
+#[test]
+fn a_read_queued_for_its_workload_turn_is_parked_until_the_turn_comes() {
+    use slotring_throttle::{Resource, WorkloadScheduler, WorkloadSpec, WorkloadTree};
+    let mut e = setup(true);
+    let tf = disk_file(1 << 20, 64);
+    // A miss takes a place (a page-cache hit would take none).
+    tf.file.advise_random().unwrap();
+    tf.file.evict().unwrap();
+    // One request in flight at a time; another leaf holds the place.
+    let tree = WorkloadTree::new(vec![
+        WorkloadSpec::new("disk").max_io_requests(1),
+        WorkloadSpec::new("user").parent("disk"),
+        WorkloadSpec::new("other").parent("disk"),
+    ])
+    .unwrap();
+    let disk = WorkloadScheduler::new(&tree, Resource::Io).unwrap();
+    let user: ThrottlePtr = Arc::new(disk.workload("user").unwrap());
+    let other = disk.workload("other").unwrap();
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (taken, wait_taken) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let permit = other.acquire(4096).unwrap();
+        taken.send(()).unwrap();
+        held.recv().unwrap();
+        drop(permit);
+    });
+    wait_taken.recv().unwrap();
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        release.send(()).unwrap();
+    });
+    let (r, buf) = e.read_at(&tf.file, vec![0; 64 << 10], 0, Some(&user), NO_CAP);
+    assert_eq!(r.unwrap(), 64 << 10);
+    assert_eq!(buf, tf.data[..64 << 10]);
+    releaser.join().unwrap();
+    holder.join().unwrap();
+    let log = take_log();
+    let parks = pos(&log, is_park);
+    let unparks = pos(&log, is_unpark);
+    assert!(!parks.is_empty(), "the queued turn parked: {log:?}");
+    assert_eq!(parks.len(), unparks.len(), "{log:?}");
+    // While parked, nothing but the turn's own timeout goes to the kernel,
+    // and the read's CQE is reaped unparked.
+    for e in &log {
+        if let Ev::Cqe { tag, parked, .. } = e {
+            assert!(
+                !(*tag == TAG_IO && *parked),
+                "the IO completed while parked: {log:?}"
+            );
+        }
+    }
+    assert!(!parked());
+}

@@ -39,7 +39,7 @@ impl RingCore {
 
     /// Whether the only thing `id` waits for now is a throttle timeout (a
     /// pre-IO wait queued standalone, or a page-cache charge's wait after
-    /// the IO): no IO of it is queued or in flight.
+    /// the IO) or its workload's turn: no IO of it is queued or in flight.
     pub(crate) fn waiting_on_timeout(&self, id: SlotId) -> bool {
         self.ring.data(id).is_some_and(|r| {
             matches!(
@@ -48,6 +48,7 @@ impl RingCore {
                     | Lifecycle::Pacing { .. }
                     | Lifecycle::PostWait { .. }
                     | Lifecycle::WaitDecides
+                    | Lifecycle::Turn
             )
         })
     }
