@@ -104,20 +104,6 @@ pub(crate) struct Turn<'a> {
     pub(crate) rate: u64,
 }
 
-/// A waker that unparks a blocked thread: the blocking path queues at the
-/// same gate as the async one, with this as its waker.
-#[derive(Debug)]
-struct ThreadWaker(std::thread::Thread);
-
-impl std::task::Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
 /// The fair order at one throttler: tenants' requests queue in a
 /// [`FairQueue`] and reach the bucket in its order. The next request is
 /// charged once the bookings already in the bucket end within the *booking
@@ -302,7 +288,7 @@ impl FairGate {
         charge: impl FnOnce(u64) -> Result<(u64, T), ThrottleError>,
     ) -> Result<(u64, T), ThrottleError> {
         let _parked = crate::park::park_current_lease();
-        let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+        let waker = crate::wait::current_thread_waker();
         let mut waiter = Waiter::default();
         let mut charge = Some(charge);
         loop {

@@ -53,3 +53,22 @@ pub fn default_wait() -> Arc<dyn WaitStrategy> {
         .cloned()
         .unwrap_or_else(|| Arc::new(BlockingWait))
 }
+
+/// A waker that unparks the calling thread: a blocking caller queues where
+/// an async one does (a fair gate, a workload's leaf) with this as its
+/// waker, and parks until it is woken.
+pub(crate) fn current_thread_waker() -> std::task::Waker {
+    std::task::Waker::from(std::sync::Arc::new(ThreadWaker(std::thread::current())))
+}
+
+#[derive(Debug)]
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}

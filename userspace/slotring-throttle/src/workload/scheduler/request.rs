@@ -1,0 +1,219 @@
+//! A request's way through the tree without blocking ([`Request`]).
+
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RequestState {
+    /// Not polled yet.
+    Idle,
+    /// In a leaf queue (or dispatched, its permit in its slot).
+    Queued(u64),
+    /// Its permit (or error) was returned.
+    Done,
+}
+
+/// A request's way through the tree without blocking: poll it with
+/// [`Request::poll`] until ready. Knows nothing of any runtime: a queued
+/// request is woken through its waker when it is dispatched; the one
+/// timing the caps' debts is also told [`Request::retry_after`]. Dropping
+/// it while queued takes it out of its leaf's queue: it charged nothing,
+/// and the request behind it moves up (if it was dispatched but its permit
+/// not yet picked up, its charges and in-flight places are given back).
+#[derive(Debug)]
+pub struct Request {
+    pub(super) workload: Workload,
+    pub(super) cost: u64,
+    pub(super) state: RequestState,
+    pub(super) retry_in_ns: Option<u64>,
+}
+
+impl Request {
+    /// Poll for the permit. Ready with it (or an error); `Pending` while
+    /// queued. Do not poll again once ready.
+    pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit<'static>, WorkloadError>> {
+        self.retry_in_ns = None;
+        if self.state == RequestState::Idle {
+            let wl = &self.workload;
+            if let Err(e) = wl.check() {
+                self.state = RequestState::Done;
+                return Poll::Ready(Err(e));
+            }
+            match wl.fast(self.cost) {
+                Ok(Some(b)) => {
+                    self.state = RequestState::Done;
+                    return Poll::Ready(Ok(wl.permit(b, b.delay_ns, false)));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.state = RequestState::Done;
+                    return Poll::Ready(Err(e));
+                }
+            }
+        }
+        let wl = &self.workload;
+        let sched = &wl.inner.sched;
+        let id = match self.state {
+            RequestState::Done => panic!("a workload request polled after it was ready"),
+            RequestState::Queued(id) => id,
+            RequestState::Idle => {
+                let mut wake = Wakes::default();
+                let mut st = lock(&sched.state);
+                if let Err(e) = wl.check() {
+                    self.state = RequestState::Done;
+                    return Poll::Ready(Err(e));
+                }
+                let id = st.next_id;
+                st.next_id += 1;
+                let leaf = wl.inner.node.index();
+                let now = sched.now();
+                st.slots.insert(
+                    id,
+                    Slot::Queued {
+                        leaf,
+                        waker: Some(cx.waker().clone()),
+                        since: now,
+                    },
+                );
+                st.tree.push(leaf, id, self.cost, now);
+                Shared::pump(&mut st, now, &mut wake);
+                self.state = RequestState::Queued(id);
+                let r = settle(
+                    wl,
+                    &mut self.state,
+                    &mut self.retry_in_ns,
+                    &mut st,
+                    id,
+                    now,
+                    cx,
+                    &mut wake,
+                );
+                drop(st);
+                wake.wake();
+                return r;
+            }
+        };
+        let mut wake = Wakes::default();
+        let mut st = lock(&sched.state);
+        let now = sched.now();
+        // Already dispatched (the usual wake-up): nothing to pull.
+        if matches!(st.slots.get(&id), Some(Slot::Queued { .. })) {
+            Shared::pump(&mut st, now, &mut wake);
+        }
+        let r = settle(
+            wl,
+            &mut self.state,
+            &mut self.retry_in_ns,
+            &mut st,
+            id,
+            now,
+            cx,
+            &mut wake,
+        );
+        drop(st);
+        wake.wake();
+        r
+    }
+
+    /// After a `Pending` poll: whether this request times the caps' debts,
+    /// and how long from that poll to re-poll (nothing else wakes it then).
+    /// `None`: it is woken when it may go.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_in_ns.map(Duration::from_nanos)
+    }
+
+    /// Whether it waits in a queue.
+    pub fn is_queued(&self) -> bool {
+        matches!(self.state, RequestState::Queued(_))
+    }
+}
+
+/// After a dispatch round: request `id`'s permit if it came, else keep its
+/// waker (and, if it times the caps, tell it when to re-poll).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the parts of a request a poll changes, split from it so the handle is borrowed, not cloned"
+)]
+fn settle(
+    wl: &Workload,
+    state: &mut RequestState,
+    retry_in_ns: &mut Option<u64>,
+    st: &mut State,
+    id: u64,
+    now: u64,
+    cx: &mut Context<'_>,
+    wake: &mut Wakes,
+) -> Poll<Result<Permit<'static>, WorkloadError>> {
+    match st.slots.get_mut(&id) {
+        Some(Slot::Queued { waker, .. }) => {
+            match waker {
+                Some(w) if w.will_wake(cx.waker()) => {}
+                _ => *waker = Some(cx.waker().clone()),
+            }
+            Shared::keep_time(st, Some(id), wake);
+            if let Some((t, at)) = st.timekeeper
+                && t == id
+            {
+                *retry_in_ns = Some(at.saturating_sub(now));
+            }
+            Poll::Pending
+        }
+        _ => {
+            let slot = st.slots.remove(&id).expect("a queued request has a slot");
+            *state = RequestState::Done;
+            if st.timekeeper.is_some_and(|(t, _)| t == id) {
+                st.timekeeper = None;
+            }
+            Shared::keep_time(st, None, wake);
+            match slot {
+                Slot::Granted { at, booked } => {
+                    let left = at.saturating_add(booked.delay_ns).saturating_sub(now);
+                    Poll::Ready(Ok(wl.permit(booked, left, true)))
+                }
+                Slot::Failed(e) => Poll::Ready(Err(e)),
+                Slot::Queued { .. } => unreachable!("matched above"),
+            }
+        }
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        let RequestState::Queued(id) = self.state else {
+            return;
+        };
+        let inner = &self.workload.inner;
+        let sched = &inner.sched;
+        let mut wake = Wakes::default();
+        {
+            let mut st = lock(&sched.state);
+            let now = sched.now();
+            match st.slots.remove(&id) {
+                Some(Slot::Queued { leaf, .. }) => {
+                    st.tree.cancel(leaf, id, now);
+                }
+                Some(Slot::Granted { booked, .. }) => {
+                    // Dispatched, but its caller never saw the permit: the IO
+                    // never happens, so its charges go back (never past a
+                    // bucket's burst) with its in-flight places.
+                    for n in inner.path.iter() {
+                        n.bytes.refund(booked.cost, now);
+                        n.ops.refund(1, now);
+                        n.counters.refunded(booked.cost);
+                    }
+                    for (k, n) in inner.path.iter().enumerate() {
+                        n.inflight.release(booked.cost, booked.places.get(k));
+                    }
+                    let nodes = held_nodes(&inner.path, booked.places);
+                    st.tree.released(nodes, now);
+                }
+                _ => {}
+            }
+            if st.timekeeper.is_some_and(|(t, _)| t == id) {
+                st.timekeeper = None;
+            }
+            Shared::pump(&mut st, now, &mut wake);
+            Shared::keep_time(&mut st, None, &mut wake);
+        }
+        wake.wake();
+    }
+}
