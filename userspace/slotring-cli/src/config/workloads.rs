@@ -279,17 +279,19 @@ impl WorkloadsFile {
 
     /// The tree the disk is scheduled by: the file's, with
     /// `max_local_read_bandwidth` (bytes/s, 0 = unlimited) as the root's
-    /// cap when the file gives it none; and where the root's cap came from.
-    pub fn io_tree(
-        &self,
-        max_local_read_bandwidth: u64,
-    ) -> Result<(WorkloadTree, RootCap), ConfigError> {
+    /// cap when the file gives it none.
+    pub fn io_tree(&self, max_local_read_bandwidth: u64) -> Result<IoWorkloads, ConfigError> {
         let root = self.tree.specs()[0].clone();
+        let done = |tree, root_cap| IoWorkloads {
+            file: self.clone(),
+            tree,
+            root_cap,
+        };
         if root.max_bytes_per_second.is_some() {
-            return Ok((self.tree.clone(), RootCap::File));
+            return Ok(done(self.tree.clone(), RootCap::File));
         }
         if max_local_read_bandwidth == 0 {
-            return Ok((self.tree.clone(), RootCap::None));
+            return Ok(done(self.tree.clone(), RootCap::None));
         }
         let mut specs = self.tree.specs().to_vec();
         specs[0] = root.max_bytes_per_second(max_local_read_bandwidth);
@@ -297,8 +299,20 @@ impl WorkloadsFile {
             path: self.path.clone(),
             source: e.into(),
         })?;
-        Ok((tree, RootCap::MaxLocalReadBandwidth))
+        Ok(done(tree, RootCap::MaxLocalReadBandwidth))
     }
+}
+
+/// The disk's tree of a run: the file, and its tree with the root's cap
+/// settled ([`WorkloadsFile::io_tree`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IoWorkloads {
+    /// The file.
+    pub file: WorkloadsFile,
+    /// The tree the reads are scheduled by.
+    pub tree: WorkloadTree,
+    /// Where its root's byte cap came from.
+    pub root_cap: RootCap,
 }
 
 /// The [`WorkloadSpec`] of the `index`th `[[workload]]` table.
@@ -537,7 +551,11 @@ mod tests {
     #[test]
     fn the_root_takes_the_read_bandwidth_unless_the_file_caps_it() {
         let f = parse(TREE).unwrap();
-        let (t, from) = f.io_tree(64 << 20).unwrap();
+        let IoWorkloads {
+            tree: t,
+            root_cap: from,
+            ..
+        } = f.io_tree(64 << 20).unwrap();
         assert_eq!(from, RootCap::MaxLocalReadBandwidth);
         assert_eq!(t.get("all").unwrap().max_bytes_per_second, Some(64 << 20));
         assert_eq!(
@@ -545,7 +563,8 @@ mod tests {
             f.tree.get("background"),
             "only the root changes"
         );
-        let (t, from) = f.io_tree(0).unwrap();
+        let io = f.io_tree(0).unwrap();
+        let (t, from) = (io.tree, io.root_cap);
         assert_eq!(
             (from, t.get("all").unwrap().max_bytes_per_second),
             (RootCap::None, None)
@@ -556,7 +575,8 @@ mod tests {
             1,
         ))
         .unwrap();
-        let (t, from) = capped.io_tree(64 << 20).unwrap();
+        let io = capped.io_tree(64 << 20).unwrap();
+        let (t, from) = (io.tree, io.root_cap);
         assert_eq!(
             (from, t.get("all").unwrap().max_bytes_per_second),
             (RootCap::File, Some(1000))
