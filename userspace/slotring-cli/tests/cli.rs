@@ -1796,6 +1796,7 @@ fn workload_lines<'a>(text: &'a str, names: &[&str]) -> Vec<&'a str> {
 fn deploy_workloads_toml_runs_and_the_report_has_a_line_per_workload() {
     let dir = data_dir();
     let file = deploy().join("workloads.toml");
+    let plot = dir.path().join("run.svg");
     let out = Command::new(bin())
         .args(["run", "--workloads"])
         .arg(&file)
@@ -1803,6 +1804,8 @@ fn deploy_workloads_toml_runs_and_the_report_has_a_line_per_workload() {
         .args(["--listen", "off", "--no-probes"])
         .arg("--dir")
         .arg(dir.path())
+        .arg("--plot")
+        .arg(&plot)
         .output()
         .unwrap();
     let (text, err) = (
@@ -1823,6 +1826,13 @@ fn deploy_workloads_toml_runs_and_the_report_has_a_line_per_workload() {
     );
     // The tree schedules the reads: `local_read` is not the reads' throttler.
     assert!(!text.contains("  local_read "), "{text}");
+    // The plot draws each workload's read rate (and no scan's: scans carry
+    // no tenant under a tree).
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    for w in ["all", "user", "background"] {
+        assert!(svg.contains(&format!(">workload {w}<")), "plot draws {w}");
+    }
+    assert!(!svg.contains("scan 1 read rate"), "{svg}");
 }
 
 /// A run under `tree` (a workloads file's text) at 16 MiB/s for the whole
