@@ -215,41 +215,28 @@ pub fn svg(report: &Report) -> String {
     polyline(&mut svg, &rate, &tl.t_s, &cache, COLORS[2], false);
     legend(&mut svg, &rate, 0, COLORS[0], "disk (charged)");
     legend(&mut svg, &rate, 1, COLORS[2], "page cache");
+    // Dashed, one colour each: each scan's disk read rate (charged as its
+    // tenant, in the scan's colour of the slots panel), or with a tree
+    // each workload's (net of refunds).
     let first_row = if configured > 0.0 { 3 } else { 2 };
-    if tl.workloads.is_empty() {
-        // Each scan's disk read rate (charged as its tenant), dashed, in the
-        // scan's colour of the slots panel.
-        for (i, series) in tl.scan_disk_bytes_per_s.iter().enumerate() {
-            let v = smooth(&tl.t_s, &series.iter().map(mib).collect::<Vec<_>>());
-            let color = COLORS[(i + 4) % COLORS.len()];
-            polyline(&mut svg, &rate, &tl.t_s, &v, color, true);
-            legend(
-                &mut svg,
-                &rate,
-                first_row + i,
-                color,
-                &format!("scan {} read rate", i + 1),
-            );
-        }
-    }
-    // Each workload's read rate (net of refunds), dashed.
-    for (i, (name, series)) in tl
-        .workloads
-        .iter()
-        .zip(&tl.workload_bytes_per_s)
-        .take(PLOTTED_WORKLOADS)
-        .enumerate()
-    {
+    let per: Vec<(String, &Vec<f64>)> = if tl.workloads.is_empty() {
+        (1..)
+            .map(|i| format!("scan {i} read rate"))
+            .zip(&tl.scan_disk_bytes_per_s)
+            .collect()
+    } else {
+        tl.workloads
+            .iter()
+            .map(|name| format!("workload {name}"))
+            .zip(&tl.workload_bytes_per_s)
+            .take(PLOTTED_WORKLOADS)
+            .collect()
+    };
+    for (i, (label, series)) in per.iter().enumerate() {
         let v = smooth(&tl.t_s, &series.iter().map(mib).collect::<Vec<_>>());
         let color = COLORS[(i + 4) % COLORS.len()];
         polyline(&mut svg, &rate, &tl.t_s, &v, color, true);
-        legend(
-            &mut svg,
-            &rate,
-            first_row + i,
-            color,
-            &format!("workload {name}"),
-        );
+        legend(&mut svg, &rate, first_row + i, color, label);
     }
 
     if configured > 0.0 {

@@ -1797,13 +1797,9 @@ fn deploy_workloads_toml_runs_and_the_report_has_a_line_per_workload() {
     let dir = data_dir();
     let file = deploy().join("workloads.toml");
     let plot = dir.path().join("run.svg");
-    let out = Command::new(bin())
-        .args(["run", "--workloads"])
+    let out = run_cmd(dir.path(), &["--duration", "1s", "--listen", "off"])
+        .arg("--workloads")
         .arg(&file)
-        .args(["--duration", "1s", "--file-size", "16MiB", "--no-progress"])
-        .args(["--listen", "off", "--no-probes"])
-        .arg("--dir")
-        .arg(dir.path())
         .arg("--plot")
         .arg(&plot)
         .output()

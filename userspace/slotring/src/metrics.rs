@@ -330,43 +330,51 @@ fn workload_families(all: &[slotring_throttle::WorkloadCounters], out: &mut Vec<
         return;
     }
     let shown = bounded_workloads(all, WORKLOAD_SERIES);
-    type Of = dyn Fn(&slotring_throttle::WorkloadCounters) -> f64;
-    let series = |metric: fn(f64, &[(&str, &str)]) -> Metric, f: &Of| {
-        shown
+    type Of = fn(&slotring_throttle::WorkloadCounters) -> u64;
+    let one_per_workload: [(&str, &str, MetricType, Of); 5] = [
+        (
+            "slotring_workload_bytes_total",
+            "Bytes granted to this workload's subtree by the disk's workload scheduler (refunds counted apart); `other` sums the leaf workloads beyond the first 64.",
+            MetricType::COUNTER,
+            |w| w.bytes,
+        ),
+        (
+            "slotring_workload_refunded_bytes_total",
+            "Bytes given back to this workload's caps after their grant (page-cache reads found after their charge).",
+            MetricType::COUNTER,
+            |w| w.refunded_bytes,
+        ),
+        (
+            "slotring_workload_requests_total",
+            "Requests granted to this workload's subtree.",
+            MetricType::COUNTER,
+            |w| w.requests,
+        ),
+        (
+            "slotring_workload_queued",
+            "Requests queued in this workload's subtree now.",
+            MetricType::GAUGE,
+            |w| w.queued,
+        ),
+        (
+            "slotring_workload_in_flight",
+            "Requests in flight through this workload now, where it limits them (max_io_requests; 0 elsewhere).",
+            MetricType::GAUGE,
+            |w| w.in_flight_requests,
+        ),
+    ];
+    for (name, help, t, value) in one_per_workload {
+        let metric = if t == MetricType::COUNTER {
+            counter_metric
+        } else {
+            gauge_metric
+        };
+        let series = shown
             .iter()
-            .map(|w| metric(f(w), &[("workload", w.name.as_str())]))
-            .collect()
-    };
-    out.push(family(
-        "slotring_workload_bytes_total",
-        "Bytes granted to this workload's subtree by the disk's workload scheduler (refunds counted apart); `other` sums the leaf workloads beyond the first 64.",
-        MetricType::COUNTER,
-        series(counter_metric, &|w| w.bytes as f64),
-    ));
-    out.push(family(
-        "slotring_workload_refunded_bytes_total",
-        "Bytes given back to this workload's caps after their grant (page-cache reads found after their charge).",
-        MetricType::COUNTER,
-        series(counter_metric, &|w| w.refunded_bytes as f64),
-    ));
-    out.push(family(
-        "slotring_workload_requests_total",
-        "Requests granted to this workload's subtree.",
-        MetricType::COUNTER,
-        series(counter_metric, &|w| w.requests as f64),
-    ));
-    out.push(family(
-        "slotring_workload_queued",
-        "Requests queued in this workload's subtree now.",
-        MetricType::GAUGE,
-        series(gauge_metric, &|w| w.queued as f64),
-    ));
-    out.push(family(
-        "slotring_workload_in_flight",
-        "Requests in flight through this workload now, where it limits them (max_io_requests; 0 elsewhere).",
-        MetricType::GAUGE,
-        series(gauge_metric, &|w| w.in_flight_requests as f64),
-    ));
+            .map(|w| metric(value(w) as f64, &[("workload", w.name.as_str())]))
+            .collect();
+        out.push(family(name, help, t, series));
+    }
     let metrics = shown
         .iter()
         .map(|w| {
@@ -534,18 +542,7 @@ fn every_desc(gauges: &[(&str, &str)], label: Option<&str>) -> Vec<prometheus::c
         kernel: Some(crate::snapshot::KernelSnapshot::default()),
         tenants: vec![crate::snapshot::TenantStat::default()],
         adaptive: Some(slotring_slots::AdaptiveCounters::default()),
-        workloads: vec![slotring_throttle::WorkloadCounters {
-            name: "all".into(),
-            parent: None,
-            bytes: 0,
-            requests: 0,
-            refunded_bytes: 0,
-            queued: 0,
-            in_flight_requests: 0,
-            in_flight_bytes: 0,
-            peak_in_flight_requests: 0,
-            wait_histogram: [0; slotring_throttle::WORKLOAD_WAIT_BUCKETS],
-        }],
+        workloads: vec![slotring_throttle::WorkloadCounters::default()],
         ..Snapshot::default()
     };
     let mut all = families(&full);

@@ -149,15 +149,7 @@ pub fn bounded_workloads(all: &[WorkloadCounters], n: usize) -> Vec<WorkloadCoun
         }
         let o = other.get_or_insert_with(|| WorkloadCounters {
             name: OTHER_WORKLOADS.to_owned(),
-            parent: None,
-            bytes: 0,
-            requests: 0,
-            refunded_bytes: 0,
-            queued: 0,
-            in_flight_requests: 0,
-            in_flight_bytes: 0,
-            peak_in_flight_requests: 0,
-            wait_histogram: [0; slotring_throttle::WORKLOAD_WAIT_BUCKETS],
+            ..WorkloadCounters::default()
         });
         o.bytes = o.bytes.saturating_add(w.bytes);
         o.requests = o.requests.saturating_add(w.requests);

@@ -24,10 +24,7 @@ impl ConfigFile {
 
     /// Check `text`, read from `path`.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let table: toml::Table = text.parse().map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
+        let table = parse_toml(text, path)?;
         let names = RunConfig::names();
         if let Some(key) = table.keys().find(|k| !names.contains(k)) {
             return Err(ConfigError::UnknownKey {
@@ -52,6 +49,14 @@ impl ConfigFile {
             other => other.to_string(),
         })
     }
+}
+
+/// `text`, read from `path`, as a TOML table.
+pub(crate) fn parse_toml(text: &str, path: &Path) -> Result<toml::Table, ConfigError> {
+    text.parse().map_err(|source| ConfigError::Parse {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Read `path` for a config layer: a regular file (opened without

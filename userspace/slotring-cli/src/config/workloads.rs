@@ -177,18 +177,14 @@ pub struct WorkloadsFile {
 }
 
 impl WorkloadsFile {
-    /// Read and check `path` (a small regular file, as for `--config`).
+    /// Read and check `path`: a small regular file, as for `--config`.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
         Self::parse(&read_small_file(path)?, path)
     }
 
-    /// Check `text`, read from `path`.
+    /// Check the workload tree `text`, read from `path`.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let table: toml::Table = text.parse().map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
-        Self::from_table(table, path).map_err(|source| ConfigError::Workloads {
+        Self::from_table(parse_toml(text, path)?, path).map_err(|source| ConfigError::Workloads {
             path: path.to_owned(),
             source,
         })
