@@ -153,3 +153,50 @@ impl DiskWorkloads {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Instant;
+
+    use slotring::throttle::Source;
+
+    use super::*;
+    use crate::config::WorkloadsFile;
+
+    #[test]
+    fn a_caps_long_debt_is_waited_out_before_the_read_until_stopping() {
+        let file = WorkloadsFile::parse(
+            "[[workload]]\nname = \"all\"\n[[workload]]\nname = \"user\"\nparent = \"all\"\n\
+             [[workload]]\nname = \"background\"\nparent = \"all\"\nmax_bytes_per_second = \"1MiB\"\n",
+            Path::new("w.toml"),
+        )
+        .unwrap();
+        let d = DiskWorkloads::new(&file.io_tree(0).unwrap()).unwrap();
+        assert_eq!(
+            d.pay_debt(QueryKind::Scan, &|| false),
+            Duration::ZERO,
+            "no debt yet"
+        );
+        // 10 MiB at 1 MiB/s with a 1 MiB burst: about 9 s of debt.
+        d.throttle(QueryKind::Scan)
+            .reserve(10 << 20, Duration::ZERO, 0, Source::Device)
+            .unwrap();
+        let start = Instant::now();
+        let stop_at = start + Duration::from_millis(120);
+        let waited = d.pay_debt(QueryKind::Scan, &|| Instant::now() >= stop_at);
+        assert!(
+            waited >= Duration::from_millis(120) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+        // The short queries' path has no cap: nothing to wait for.
+        assert_eq!(d.pay_debt(QueryKind::Short, &|| false), Duration::ZERO);
+        assert_eq!(d.disk_bytes(), 10 << 20);
+        let r = d.report(1.0);
+        assert_eq!((r.root_cap, r.root_bytes_per_s), (RootCap::None, None));
+        assert_eq!(
+            r.io.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(),
+            ["all", "user", "background"]
+        );
+    }
+}
