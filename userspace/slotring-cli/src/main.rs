@@ -8,7 +8,7 @@
 //! | --- | --- |
 //! | 0 | success (`verify`: verdict PASS) |
 //! | 1 | runtime error, message on stderr (`run`: also a plot that cannot be written or data file reads that failed or came back short, after the report) |
-//! | 2 | bad command line, setting, `SLOTRING_` variable or config file, a non-loopback `--listen` without `--allow-remote`, an unwritable `--plot` (the message names the option or variable and the value; nothing ran); several live instances under the pin root and no `--instance` |
+//! | 2 | bad command line, setting, `SLOTRING_` variable or config file, a bad `--workloads` file, a non-loopback `--listen` without `--allow-remote`, an unwritable `--plot` (the message names the option or variable and the value; nothing ran); several live instances under the pin root and no `--instance` |
 //! | 3 | the kernel verdict is FAIL: a parked thread used CPU |
 //! | 4 | nothing to read or verify: no pinned maps, stale pins of a process that is gone, no permission, or no probes (`verify`: UNVERIFIED) |
 //! | 130 | interrupted by Ctrl-C / SIGTERM (`run` still prints its report and cleans up; a second one exits at once, still removing the data file and the pins) |
@@ -26,7 +26,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use nix::sys::signal::{SigSet, Signal};
 use slotring::metrics::SlotringCollector;
 use slotring::pinned::{self, DEFAULT_PIN_DIR, Liveness, PinnedError, PinnedMaps};
-use slotring_cli::config::{self, ConfigError, ConfigFile, RunConfig};
+use slotring_cli::config::{self, ConfigError, ConfigFile, RunConfig, WorkloadsFile};
 use slotring_cli::http::{DEFAULT_LISTEN, MetricsServer, render_registry};
 use slotring_cli::report::KernelVerdict;
 use slotring_cli::stats::StatsView;
@@ -93,6 +93,12 @@ struct RunArgs {
     /// TOML file of settings (keys as below, snake_case)
     #[arg(long, value_name = "FILE.toml")]
     config: Option<PathBuf>,
+    /// Schedule the reads by this workload tree (TOML: [[workload]] tables with ClickHouse's
+    /// settings; [run] queries/scans name the leaves the short queries and the scans enter,
+    /// default user/background; a root without max_bytes_per_second gets
+    /// --max-local-read-bandwidth)
+    #[arg(long, value_name = "FILE.toml")]
+    workloads: Option<PathBuf>,
     /// Print the report as JSON on stdout instead of text
     #[arg(long)]
     json: bool,
@@ -240,8 +246,11 @@ fn fail(e: anyhow::Error) -> ExitCode {
     eprintln!("slotring: error: {e:#}");
     ExitCode::from(if e.downcast_ref::<ConfigError>().is_some() {
         EXIT_USAGE
-    } else if let Some(RunError::Throttler { .. }) = e.downcast_ref::<RunError>() {
-        // A setting the throttler refuses is a bad setting.
+    } else if let Some(RunError::Throttler { .. } | RunError::Workloads { .. }) =
+        e.downcast_ref::<RunError>()
+    {
+        // A setting the throttler or the workload tree refuses is a bad
+        // setting.
         EXIT_USAGE
     } else if let Some(p) = e.downcast_ref::<PinnedError>() {
         if matches!(p, PinnedError::Ambiguous { .. }) {
@@ -263,10 +272,15 @@ fn cmd_run(args: RunArgs, given: &clap::ArgMatches, stop: Arc<AtomicBool>) -> Re
     if let Some(path) = &args.plot {
         config::check_plot_path(path)?;
     }
+    let workloads = match &args.workloads {
+        Some(path) => Some(WorkloadsFile::read(path)?.io_tree(cfg.max_local_read_bandwidth)?),
+        None => None,
+    };
     let opts = RunOptions {
         progress: !args.no_progress,
         stop,
         allow_remote: args.allow_remote,
+        workloads,
     };
     let report = match run(&cfg, &opts) {
         Ok(r) => r,

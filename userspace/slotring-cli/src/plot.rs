@@ -1,5 +1,7 @@
 //! `--plot FILE.svg`: achieved disk rate and slots per query over time, as
-//! hand-written SVG (no drawing dependency).
+//! hand-written SVG (no drawing dependency). The rate panel has each scan's
+//! read rate, or with `--workloads` each workload's (the first
+//! [`PLOTTED_WORKLOADS`] of the tree's order).
 
 use std::fmt::Write as _;
 
@@ -15,6 +17,10 @@ const COLORS: &[&str] = &[
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf",
 ];
+
+/// The most workloads whose read rate the plot draws (a line and a legend
+/// row each: the panel holds about that many).
+pub const PLOTTED_WORKLOADS: usize = 10;
 
 struct Panel {
     y0: f64,
@@ -155,10 +161,16 @@ pub fn svg(report: &Report) -> String {
             .map(mib)
             .collect::<Vec<_>>(),
     );
-    let configured = report
-        .throttlers
-        .first()
-        .map_or(0.0, |t| t.configured_bytes_per_s as f64 / (1 << 20) as f64);
+    // The reads' limit: the tree's root cap, else `local_read`'s.
+    let configured = match &report.workloads {
+        Some(w) => w.root_bytes_per_s.unwrap_or(0),
+        None => report
+            .throttlers
+            .iter()
+            .find(|t| t.name == "local_read")
+            .map_or(0, |t| t.configured_bytes_per_s),
+    } as f64
+        / (1 << 20) as f64;
     // The first second holds the initial burst (the bucket starts full);
     // scale to the rest so the configured line stays readable.
     let rate_max = disk
@@ -192,26 +204,39 @@ pub fn svg(report: &Report) -> String {
     axes(
         &mut svg,
         &rate,
-        "Achieved read rate vs configured, and per scan (block-device throttler, 1 s mean)",
+        if report.workloads.is_some() {
+            "Achieved read rate vs the root's cap, and per workload (the disk's workload tree, 1 s mean)"
+        } else {
+            "Achieved read rate vs configured, and per scan (block-device throttler, 1 s mean)"
+        },
         "MiB/s",
     );
     polyline(&mut svg, &rate, &tl.t_s, &disk, COLORS[0], false);
     polyline(&mut svg, &rate, &tl.t_s, &cache, COLORS[2], false);
     legend(&mut svg, &rate, 0, COLORS[0], "disk (charged)");
     legend(&mut svg, &rate, 1, COLORS[2], "page cache");
-    // Each scan's disk read rate (charged as its tenant), dashed, in the
-    // scan's colour of the slots panel.
-    for (i, series) in tl.scan_disk_bytes_per_s.iter().enumerate() {
+    // Dashed, one colour each: each scan's disk read rate (charged as its
+    // tenant, in the scan's colour of the slots panel), or with a tree
+    // each workload's (net of refunds).
+    let first_row = if configured > 0.0 { 3 } else { 2 };
+    let per: Vec<(String, &Vec<f64>)> = if tl.workloads.is_empty() {
+        (1..)
+            .map(|i| format!("scan {i} read rate"))
+            .zip(&tl.scan_disk_bytes_per_s)
+            .collect()
+    } else {
+        tl.workloads
+            .iter()
+            .map(|name| format!("workload {name}"))
+            .zip(&tl.workload_bytes_per_s)
+            .take(PLOTTED_WORKLOADS)
+            .collect()
+    };
+    for (i, (label, series)) in per.iter().enumerate() {
         let v = smooth(&tl.t_s, &series.iter().map(mib).collect::<Vec<_>>());
         let color = COLORS[(i + 4) % COLORS.len()];
         polyline(&mut svg, &rate, &tl.t_s, &v, color, true);
-        legend(
-            &mut svg,
-            &rate,
-            if configured > 0.0 { 3 } else { 2 } + i,
-            color,
-            &format!("scan {} read rate", i + 1),
-        );
+        legend(&mut svg, &rate, first_row + i, color, label);
     }
 
     if configured > 0.0 {

@@ -1772,6 +1772,226 @@ fn unequal_scans_share_the_disk_fairly_and_the_report_shows_it() {
     }
 }
 
+// ---- Workload trees (`--workloads`, issue 27) ----
+
+/// The workload names of a report's text section, in order.
+fn workload_lines<'a>(text: &'a str, names: &[&str]) -> Vec<&'a str> {
+    let section = text
+        .split("\nworkloads (")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no workloads section in:\n{text}"));
+    section
+        .lines()
+        .skip(2)
+        .take_while(|l| l.starts_with("  "))
+        .filter(|l| {
+            names
+                .iter()
+                .any(|n| l.trim_start().starts_with(&format!("{n} ")))
+        })
+        .collect()
+}
+
+#[test]
+fn deploy_workloads_toml_runs_and_the_report_has_a_line_per_workload() {
+    let dir = data_dir();
+    let file = deploy().join("workloads.toml");
+    let plot = dir.path().join("run.svg");
+    let out = run_cmd(dir.path(), &["--duration", "1s", "--listen", "off"])
+        .arg("--workloads")
+        .arg(&file)
+        .arg("--plot")
+        .arg(&plot)
+        .output()
+        .unwrap();
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{err}{text}");
+    assert!(
+        text.contains("root cap 64.0 MiB/s from max_local_read_bandwidth")
+            && text.contains("short queries enter `user`, scans `background`"),
+        "{text}"
+    );
+    let lines = workload_lines(&text, &["all", "user", "background"]);
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[2].contains("background       all             1"),
+        "{text}"
+    );
+    // The tree schedules the reads: `local_read` is not the reads' throttler.
+    assert!(!text.contains("  local_read "), "{text}");
+    // The plot draws each workload's read rate (and no scan's: scans carry
+    // no tenant under a tree).
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    for w in ["all", "user", "background"] {
+        assert!(svg.contains(&format!(">workload {w}<")), "plot draws {w}");
+    }
+    assert!(!svg.contains("scan 1 read rate"), "{svg}");
+}
+
+/// A run under `tree` (a workloads file's text) at 16 MiB/s for the whole
+/// disk, with `/metrics`: its JSON report and a scrape taken while it ran.
+fn run_with_workloads(dir: &Path, tree: &str) -> (Value, String) {
+    let file = dir.join("workloads.toml");
+    std::fs::write(&file, tree).unwrap();
+    let child = spawn_served(
+        Command::new(bin())
+            .args(["run", "--workloads"])
+            .arg(&file)
+            // A file the scans do not read twice (page-cache hits are not
+            // charged), written at full speed.
+            .args(["--duration", "3s", "--file-size", "160MiB"])
+            .args(["--max-local-write-bandwidth", "0"])
+            .args(["--max-local-read-bandwidth", "16MiB"])
+            .args(["--json", "--no-progress", "--no-probes"])
+            .args(["--listen", "127.0.0.1:0"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::piped()),
+    );
+    let body = wait_for_metrics(
+        child.addr,
+        "slotring_workload_requests_total{workload=\"user\"}",
+    );
+    let out = child.finish(Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    (serde_json::from_slice(&out.stdout).unwrap(), body)
+}
+
+/// The report's entry of workload `name`.
+fn workload<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["workloads"]["io"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["name"] == name)
+        .unwrap_or_else(|| panic!("no workload {name} in {}", r["workloads"]))
+}
+
+#[test]
+fn a_run_by_a_tree_holds_its_caps_and_exports_each_workload() {
+    const TREE: &str = "[[workload]]\nname = \"all\"\n\
+        [[workload]]\nname = \"user\"\nparent = \"all\"\n\
+        [[workload]]\nname = \"background\"\nparent = \"all\"\npriority = 1\n";
+    let dir = data_dir();
+    let cap: u64 = 4 << 20;
+    let (r, body) =
+        run_with_workloads(dir.path(), &format!("{TREE}max_bytes_per_second = {cap}\n"));
+    promtool_check_metrics(&body);
+    let names = sample_names(&body);
+    for n in [
+        "slotring_workload_bytes_total",
+        "slotring_workload_refunded_bytes_total",
+        "slotring_workload_requests_total",
+        "slotring_workload_queued",
+        "slotring_workload_in_flight",
+        "slotring_workload_wait_seconds_bucket",
+        "slotring_workload_wait_seconds_count",
+    ] {
+        assert!(names.contains(n), "{n} missing from /metrics:\n{body}");
+    }
+    for w in ["all", "user", "background"] {
+        assert!(
+            body.contains(&format!(
+                "slotring_workload_bytes_total{{workload=\"{w}\"}}"
+            )),
+            "{w}: {body}"
+        );
+    }
+    let w = &r["workloads"];
+    assert_eq!(w["root_cap"], "max_local_read_bandwidth");
+    assert_eq!(w["root_bytes_per_s"], 16u64 << 20);
+    assert_eq!(
+        (w["queries"].as_str(), w["scans"].as_str()),
+        (Some("user"), Some("background"))
+    );
+    assert!(
+        r["throttlers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["name"] != "local_read"),
+        "{}",
+        r["throttlers"]
+    );
+    // Every scan read went through `background`, every short query through
+    // `user`; the root saw both.
+    let (all, user, bg) = (
+        workload(&r, "all"),
+        workload(&r, "user"),
+        workload(&r, "background"),
+    );
+    assert!(user["requests"].as_u64().unwrap() > 0, "{user}");
+    assert!(bg["requests"].as_u64().unwrap() > 0, "{bg}");
+    assert_eq!(
+        all["requests"].as_u64().unwrap(),
+        user["requests"].as_u64().unwrap() + bg["requests"].as_u64().unwrap()
+    );
+    let share = |w: &Value| w["share_pct"].as_f64().unwrap();
+    assert!((share(user) + share(bg) - 100.0).abs() < 1e-6);
+    // The cap: at most its burst (one second of it) plus its rate over the
+    // run, plus what a grant may book ahead: the 1 ms horizon and one read.
+    let elapsed = r["elapsed_s"].as_f64().unwrap();
+    let bound = |rate: u64| rate as f64 * (1.0 + elapsed + 1e-3) + f64::from(256u32 << 10);
+    let bg_bytes = bg["bytes"].as_u64().unwrap() + bg["refunded_bytes"].as_u64().unwrap();
+    assert!(
+        bg_bytes as f64 <= bound(cap),
+        "background {bg_bytes} over {}",
+        bound(cap)
+    );
+
+    // The same run without background's cap takes well past that bound: the
+    // check above can fail.
+    let dir = data_dir();
+    let (r, _) = run_with_workloads(dir.path(), TREE);
+    let bg = workload(&r, "background");
+    let bg_bytes = bg["bytes"].as_u64().unwrap() + bg["refunded_bytes"].as_u64().unwrap();
+    assert!(
+        bg_bytes as f64 > bound(cap),
+        "uncapped background: {bg_bytes}"
+    );
+    assert!(
+        bg_bytes as f64 <= bound(16 << 20),
+        "the root's cap: {bg_bytes}"
+    );
+}
+
+#[test]
+fn a_bad_workloads_file_exits_2_naming_the_workload_the_key_and_the_value() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("w.toml");
+    for (tree, wants) in [
+        (
+            "[[workload]]\nname = \"all\"\n[[workload]]\nname = \"user\"\nparent = \"all\"\nweight = \"heavy\"\n",
+            &["w.toml", "`user`", "weight = \"heavy\""][..],
+        ),
+        (
+            "[[workload]]\nname = \"all\"\n[[workload]]\nname = \"user\"\nparent = \"everyone\"\n",
+            &["`user`", "parent `everyone`"][..],
+        ),
+        (
+            "[[workload]]\nname = \"all\"\nmax_iops = 0\n[[workload]]\nname = \"user\"\nparent = \"all\"\n[[workload]]\nname = \"background\"\nparent = \"all\"\n",
+            &["`all`", "max_iops = 0"][..],
+        ),
+    ] {
+        std::fs::write(&file, tree).unwrap();
+        let out = Command::new(bin())
+            .args(["run", "--workloads"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        for w in wants {
+            assert!(err.contains(w), "{err} lacks {w}");
+        }
+        assert!(out.stdout.is_empty(), "nothing ran");
+    }
+}
+
 // ---- Files, stopping, the plot, exit codes and read errors (issue 13) ----
 
 /// `slotring run` on a small file with no probes, `/metrics` on an ephemeral

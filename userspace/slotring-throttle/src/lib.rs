@@ -74,8 +74,9 @@ pub use wait::{BlockingWait, WaitStrategy, default_wait, install_default_wait};
 pub use workload::{
     DEFAULT_TAU as WORKLOAD_DEFAULT_TAU, MAX_DEPTH as WORKLOAD_MAX_DEPTH,
     MAX_WEIGHT as WORKLOAD_MAX_WEIGHT, PRIORITIES as WORKLOAD_PRIORITIES, Permit, Request,
-    Resource, Workload, WorkloadCounters, WorkloadError, WorkloadScheduler,
-    WorkloadSchedulerBuilder, WorkloadSpec, WorkloadTree,
+    Resource, WAIT_BUCKETS as WORKLOAD_WAIT_BUCKETS, Workload, WorkloadCounters, WorkloadError,
+    WorkloadScheduler, WorkloadSchedulerBuilder, WorkloadSpec, WorkloadTree,
+    wait_bucket_bound as workload_wait_bucket_bound,
 };
 
 /// Nano-tokens per token: [`Throttler::tokens_nano`] is in these units.

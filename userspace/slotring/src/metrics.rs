@@ -208,6 +208,7 @@ pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
             series(&|t| secs_ns(t.wait_ns)),
         ));
     }
+    workload_families(&s.workloads, &mut out);
     // Kernel probes.
     out.push(gauge(
         "slotring_probes_attached",
@@ -288,6 +289,106 @@ pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
         ));
     }
     out
+}
+
+/// A workload's wait histogram (bucket `k` counts waits below `2^k` µs,
+/// the last the rest: [`slotring_throttle::workload_wait_bucket_bound`]) as
+/// a Prometheus histogram in seconds, every bucket present. The scheduler
+/// keeps no sum: `_sum` is estimated from the bucket midpoints (bucket 0,
+/// mostly no wait at all, as 0; the last at its lower bound).
+pub fn wait_histogram(buckets: &[u64; slotring_throttle::WORKLOAD_WAIT_BUCKETS]) -> Histogram {
+    let mut out = Vec::with_capacity(buckets.len());
+    let (mut cumulative, mut sum_us) = (0u64, 0f64);
+    for (k, &c) in buckets.iter().enumerate() {
+        cumulative = cumulative.saturating_add(c);
+        let estimate_us = match k {
+            0 => 0.0,
+            _ if k + 1 == buckets.len() => (1u64 << (k - 1)) as f64,
+            _ => 0.75 * (1u64 << k) as f64,
+        };
+        sum_us += c as f64 * estimate_us;
+        if let Some(bound) = slotring_throttle::workload_wait_bucket_bound(k) {
+            let mut b = Bucket::default();
+            b.set_cumulative_count(cumulative);
+            b.set_upper_bound(bound.as_secs_f64());
+            out.push(b);
+        }
+    }
+    let mut h = Histogram::default();
+    h.set_bucket(out);
+    h.set_sample_count(cumulative);
+    h.set_sample_sum(sum_us / 1e6);
+    h
+}
+
+/// The workload families: one series per workload of
+/// [`bounded_workloads`](crate::snapshot::bounded_workloads) (label
+/// `workload`), none without a tree.
+fn workload_families(all: &[slotring_throttle::WorkloadCounters], out: &mut Vec<MetricFamily>) {
+    use crate::snapshot::{WORKLOAD_SERIES, bounded_workloads};
+    if all.is_empty() {
+        return;
+    }
+    let shown = bounded_workloads(all, WORKLOAD_SERIES);
+    type Of = fn(&slotring_throttle::WorkloadCounters) -> u64;
+    let one_per_workload: [(&str, &str, MetricType, Of); 5] = [
+        (
+            "slotring_workload_bytes_total",
+            "Bytes granted to this workload's subtree by the disk's workload scheduler (refunds counted apart); `other` sums the leaf workloads beyond the first 64.",
+            MetricType::COUNTER,
+            |w| w.bytes,
+        ),
+        (
+            "slotring_workload_refunded_bytes_total",
+            "Bytes given back to this workload's caps after their grant (page-cache reads found after their charge).",
+            MetricType::COUNTER,
+            |w| w.refunded_bytes,
+        ),
+        (
+            "slotring_workload_requests_total",
+            "Requests granted to this workload's subtree.",
+            MetricType::COUNTER,
+            |w| w.requests,
+        ),
+        (
+            "slotring_workload_queued",
+            "Requests queued in this workload's subtree now.",
+            MetricType::GAUGE,
+            |w| w.queued,
+        ),
+        (
+            "slotring_workload_in_flight",
+            "Requests in flight through this workload now, where it limits them (max_io_requests; 0 elsewhere).",
+            MetricType::GAUGE,
+            |w| w.in_flight_requests,
+        ),
+    ];
+    for (name, help, t, value) in one_per_workload {
+        let metric = if t == MetricType::COUNTER {
+            counter_metric
+        } else {
+            gauge_metric
+        };
+        let series = shown
+            .iter()
+            .map(|w| metric(value(w) as f64, &[("workload", w.name.as_str())]))
+            .collect();
+        out.push(family(name, help, t, series));
+    }
+    let metrics = shown
+        .iter()
+        .map(|w| {
+            let mut m = Metric::from_label(labels(&[("workload", w.name.as_str())]));
+            m.set_histogram(wait_histogram(&w.wait_histogram));
+            m
+        })
+        .collect();
+    out.push(family(
+        "slotring_workload_wait_seconds",
+        "How long this workload's requests queued for their turn, power-of-two microsecond buckets (sum estimated from the bucket midpoints).",
+        MetricType::HISTOGRAM,
+        metrics,
+    ));
 }
 
 /// The text exposition format of [`families`].
@@ -441,6 +542,7 @@ fn every_desc(gauges: &[(&str, &str)], label: Option<&str>) -> Vec<prometheus::c
         kernel: Some(crate::snapshot::KernelSnapshot::default()),
         tenants: vec![crate::snapshot::TenantStat::default()],
         adaptive: Some(slotring_slots::AdaptiveCounters::default()),
+        workloads: vec![slotring_throttle::WorkloadCounters::default()],
         ..Snapshot::default()
     };
     let mut all = families(&full);
@@ -681,5 +783,69 @@ mod tests {
         )));
         assert_eq!(text.matches("slotring_tenant_bytes_total{").count(), 11);
         assert!(!encode(&Snapshot::default()).contains("slotring_tenant_"));
+    }
+
+    #[test]
+    fn workloads_export_bounded_series_and_their_wait_histograms() {
+        use slotring_throttle::{WORKLOAD_WAIT_BUCKETS, WorkloadCounters};
+        let w = |i: u64| {
+            let mut wait_histogram = [0; WORKLOAD_WAIT_BUCKETS];
+            // One request without a wait, one of [2, 4) µs, one over a second.
+            wait_histogram[0] = 1;
+            wait_histogram[2] = 1;
+            wait_histogram[WORKLOAD_WAIT_BUCKETS - 1] = 1;
+            WorkloadCounters {
+                name: if i == 0 {
+                    "all".into()
+                } else {
+                    format!("w{i}")
+                },
+                parent: (i > 0).then(|| "all".into()),
+                bytes: i << 20,
+                requests: 3,
+                refunded_bytes: i,
+                queued: i % 3,
+                in_flight_requests: 1,
+                in_flight_bytes: 0,
+                peak_in_flight_requests: 1,
+                wait_histogram,
+            }
+        };
+        // The root and 69 leaves: 64 series, the last 6 leaves in `other`.
+        let s = Snapshot {
+            workloads: (0..70).map(w).collect(),
+            ..Default::default()
+        };
+        let text = encode(&s);
+        assert_eq!(text.matches("slotring_workload_bytes_total{").count(), 65);
+        assert!(text.contains("slotring_workload_bytes_total{workload=\"w63\"} 66060288\n"));
+        assert!(!text.contains("workload=\"w64\""), "beyond the first 64");
+        let other: u64 = (64..70u64).map(|i| i << 20).sum();
+        for line in [
+            format!("slotring_workload_bytes_total{{workload=\"other\"}} {other}\n"),
+            "slotring_workload_requests_total{workload=\"other\"} 18\n".into(),
+            "slotring_workload_refunded_bytes_total{workload=\"w5\"} 5\n".into(),
+            "slotring_workload_queued{workload=\"w5\"} 2\n".into(),
+            "slotring_workload_in_flight{workload=\"other\"} 6\n".into(),
+            "slotring_workload_wait_seconds_bucket{workload=\"w1\",le=\"0.000001\"} 1\n".into(),
+            "slotring_workload_wait_seconds_bucket{workload=\"w1\",le=\"0.000004\"} 2\n".into(),
+            "slotring_workload_wait_seconds_bucket{workload=\"w1\",le=\"1.048576\"} 2\n".into(),
+            "slotring_workload_wait_seconds_bucket{workload=\"w1\",le=\"+Inf\"} 3\n".into(),
+            "slotring_workload_wait_seconds_count{workload=\"w1\"} 3\n".into(),
+        ] {
+            assert!(text.contains(&line), "{line}");
+        }
+        let w1_buckets = text
+            .lines()
+            .filter(|l| l.starts_with("slotring_workload_wait_seconds_bucket{workload=\"w1\""))
+            .count();
+        assert_eq!(
+            w1_buckets, WORKLOAD_WAIT_BUCKETS,
+            "every bucket, +Inf included"
+        );
+        // 0 for no wait, 3 µs for [2, 4), the last bucket's lower bound 2^20 µs.
+        let h = wait_histogram(&w(1).wait_histogram);
+        assert!((h.get_sample_sum() - (3.0 + (1u64 << 20) as f64) / 1e6).abs() < 1e-12);
+        assert!(!encode(&Snapshot::default()).contains("slotring_workload_"));
     }
 }

@@ -353,6 +353,8 @@ impl PinnedMaps {
             // Tenants live in the process that made them: not pinned.
             tenants: Vec::new(),
             adaptive: None,
+            // So do its workload trees.
+            workloads: Vec::new(),
         })
     }
 }

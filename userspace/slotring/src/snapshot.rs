@@ -15,7 +15,7 @@
 
 pub use slotring_counters::{CounterSet, Field, Kind, Unit};
 use slotring_slots::{AdaptiveCounters, SlotsCounters};
-use slotring_throttle::ThrottleCounters;
+use slotring_throttle::{ThrottleCounters, WorkloadCounters};
 use slotring_uring::UringCounters;
 
 /// Buckets of the kernel's exp2 histograms (`slotring_bpf::abi::HIST_SLOTS`).
@@ -110,6 +110,60 @@ pub struct Snapshot {
     /// The adaptive budget loop and its inputs; `None` when no loop runs
     /// (static budget by choice, or a reader of pinned maps).
     pub adaptive: Option<AdaptiveCounters>,
+    /// The disk's workloads, in their tree's order
+    /// ([`slotring_throttle::WorkloadScheduler::counters`]; empty without
+    /// a tree). Exporters keep [`WORKLOAD_SERIES`] of them, see
+    /// [`bounded_workloads`].
+    pub workloads: Vec<WorkloadCounters>,
+}
+
+/// The most workloads exported one series each (a tree comes from a
+/// configuration file, so its names are bounded by the file; this bounds a
+/// file of any size).
+pub const WORKLOAD_SERIES: usize = 64;
+/// The name of the series that sums the leaf workloads not exported by name.
+pub const OTHER_WORKLOADS: &str = "other";
+
+/// The workloads `/metrics` shows: the first `n` of `all` (the tree's
+/// order, parents before children, so a workload shown has its ancestors
+/// shown) other than one named [`OTHER_WORKLOADS`], then, if any leaf is
+/// left out, one [`OTHER_WORKLOADS`] entry summing the leaves left out.
+/// Only leaves are summed: a node's counts cover its subtree and every
+/// request enters one leaf, so nothing is counted twice (its in-flight
+/// counts are the leaves' own, where they limit them; its peak the largest
+/// of theirs).
+pub fn bounded_workloads(all: &[WorkloadCounters], n: usize) -> Vec<WorkloadCounters> {
+    let mut shown: Vec<WorkloadCounters> = Vec::new();
+    let mut other: Option<WorkloadCounters> = None;
+    let is_leaf = |w: &WorkloadCounters| {
+        !all.iter()
+            .any(|c| c.parent.as_deref() == Some(w.name.as_str()))
+    };
+    for w in all {
+        if shown.len() < n && w.name != OTHER_WORKLOADS {
+            shown.push(w.clone());
+            continue;
+        }
+        if !is_leaf(w) {
+            continue;
+        }
+        let o = other.get_or_insert_with(|| WorkloadCounters {
+            name: OTHER_WORKLOADS.to_owned(),
+            ..WorkloadCounters::default()
+        });
+        o.bytes = o.bytes.saturating_add(w.bytes);
+        o.requests = o.requests.saturating_add(w.requests);
+        o.refunded_bytes = o.refunded_bytes.saturating_add(w.refunded_bytes);
+        o.queued = o.queued.saturating_add(w.queued);
+        o.in_flight_requests = o.in_flight_requests.saturating_add(w.in_flight_requests);
+        o.in_flight_bytes = o.in_flight_bytes.saturating_add(w.in_flight_bytes);
+        o.peak_in_flight_requests = o.peak_in_flight_requests.max(w.peak_in_flight_requests);
+        for (a, b) in o.wait_histogram.iter_mut().zip(&w.wait_histogram) {
+            *a = a.saturating_add(*b);
+        }
+    }
+    shown.extend(other);
+    shown
 }
 
 /// The most tenants exported one series each; the rest are summed into one
@@ -164,6 +218,60 @@ pub fn top_tenants(all: &[TenantStat], n: usize) -> Vec<TenantStat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn workload(name: &str, parent: Option<&str>, bytes: u64) -> WorkloadCounters {
+        let mut wait_histogram = [0; slotring_throttle::WORKLOAD_WAIT_BUCKETS];
+        wait_histogram[3] = 1;
+        WorkloadCounters {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            bytes,
+            requests: 1,
+            refunded_bytes: 0,
+            queued: 2,
+            in_flight_requests: 0,
+            in_flight_bytes: 0,
+            peak_in_flight_requests: bytes,
+            wait_histogram,
+        }
+    }
+
+    #[test]
+    fn bounded_workloads_keep_the_first_and_sum_the_leaves_left_out() {
+        // all -> a -> a0..a3 (leaves), all -> b (leaf).
+        let mut all = vec![
+            workload("all", None, 1111),
+            workload("a", Some("all"), 1110),
+            workload("b", Some("all"), 1),
+        ];
+        for (i, bytes) in [10u64, 100, 1000].into_iter().enumerate() {
+            all.push(workload(&format!("a{i}"), Some("a"), bytes));
+        }
+        let names = |v: &[WorkloadCounters]| v.iter().map(|w| w.name.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(&bounded_workloads(&all, 10)),
+            ["all", "a", "b", "a0", "a1", "a2"]
+        );
+        let four = bounded_workloads(&all, 4);
+        assert_eq!(names(&four), ["all", "a", "b", "a0", "other"]);
+        let other = &four[4];
+        assert_eq!((other.bytes, other.requests, other.queued), (1100, 2, 4));
+        assert_eq!(other.peak_in_flight_requests, 1000);
+        assert_eq!(other.wait_histogram[3], 2);
+        // An inner node left out is not summed (its leaves are).
+        let two = bounded_workloads(&all, 2);
+        assert_eq!(names(&two), ["all", "a", "other"]);
+        assert_eq!(
+            two[2].bytes, 1111,
+            "b and a0..a2: every leaf left out, once"
+        );
+        // A workload named `other` is never a series of its own name.
+        let named = vec![workload("all", None, 5), workload("other", Some("all"), 5)];
+        let shown = bounded_workloads(&named, 10);
+        assert_eq!(names(&shown), ["all", "other"]);
+        assert_eq!(shown[1].parent, None, "the sum of the leaves left out");
+        assert!(bounded_workloads(&[], 4).is_empty());
+    }
 
     #[test]
     fn top_tenants_bound_the_series_and_lose_nothing() {

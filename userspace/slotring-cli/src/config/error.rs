@@ -93,4 +93,12 @@ pub enum ConfigError {
         /// Why.
         source: std::io::Error,
     },
+    /// The `--workloads` file is not a valid workload tree.
+    #[error("workloads file {path}")]
+    Workloads {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the workload, the key and the value.
+        source: WorkloadFileError,
+    },
 }

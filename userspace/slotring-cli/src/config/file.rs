@@ -19,56 +19,12 @@ impl ConfigFile {
     /// FIFO or a device is refused rather than waited on or read forever)
     /// of at most [`MAX_CONFIG_BYTES`], in UTF-8.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
-        use std::io::Read as _;
-        use std::os::unix::fs::OpenOptionsExt as _;
-        let failed = |source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        };
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(failed)?;
-        let meta = f.metadata().map_err(failed)?;
-        if !meta.is_file() {
-            return Err(ConfigError::NotAFile {
-                path: path.to_owned(),
-                kind: file_kind(&meta),
-            });
-        }
-        if meta.len() > MAX_CONFIG_BYTES {
-            return Err(ConfigError::TooLarge {
-                path: path.to_owned(),
-                len: meta.len(),
-            });
-        }
-        // The limit holds even for a file that grows while it is read.
-        let mut bytes = Vec::new();
-        f.take(MAX_CONFIG_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(failed)?;
-        if bytes.len() as u64 > MAX_CONFIG_BYTES {
-            return Err(ConfigError::TooLarge {
-                path: path.to_owned(),
-                len: bytes.len() as u64,
-            });
-        }
-        let text = String::from_utf8(bytes).map_err(|e| {
-            failed(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                e.utf8_error(),
-            ))
-        })?;
-        Self::parse(&text, path)
+        Self::parse(&read_small_file(path)?, path)
     }
 
     /// Check `text`, read from `path`.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let table: toml::Table = text.parse().map_err(|source| ConfigError::Parse {
-            path: path.to_owned(),
-            source,
-        })?;
+        let table = parse_toml(text, path)?;
         let names = RunConfig::names();
         if let Some(key) = table.keys().find(|k| !names.contains(k)) {
             return Err(ConfigError::UnknownKey {
@@ -93,6 +49,62 @@ impl ConfigFile {
             other => other.to_string(),
         })
     }
+}
+
+/// `text`, read from `path`, as a TOML table.
+pub(crate) fn parse_toml(text: &str, path: &Path) -> Result<toml::Table, ConfigError> {
+    text.parse().map_err(|source| ConfigError::Parse {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Read `path` for a config layer: a regular file (opened without
+/// blocking, so a FIFO or a device is refused rather than waited on or
+/// read forever) of at most [`MAX_CONFIG_BYTES`], in UTF-8.
+pub(crate) fn read_small_file(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let failed = |source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(failed)?;
+    let meta = f.metadata().map_err(failed)?;
+    if !meta.is_file() {
+        return Err(ConfigError::NotAFile {
+            path: path.to_owned(),
+            kind: file_kind(&meta),
+        });
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_owned(),
+            len: meta.len(),
+        });
+    }
+    // The limit holds even for a file that grows while it is read.
+    let mut bytes = Vec::new();
+    f.take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_owned(),
+            len: bytes.len() as u64,
+        });
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        failed(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            e.utf8_error(),
+        ))
+    })?;
+    Ok(text)
 }
 
 /// What kind of file `meta` describes, for an error.

@@ -21,6 +21,7 @@ mod file;
 #[cfg(test)]
 mod tests;
 mod values;
+mod workloads;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -37,6 +38,7 @@ pub use clap_layer::*;
 pub use error::*;
 pub use file::*;
 pub use values::*;
+pub use workloads::*;
 
 /// Where a rejected value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,10 +2,12 @@
 //!
 //! The same [`Report`] is printed as text and serialised as JSON
 //! (`--json`); every number is measured in the run.
-//! `kernel.rs` holds the kernel verdict's section, `text.rs` the text.
+//! `kernel.rs` holds the kernel verdict's section, `workloads.rs` the
+//! workload tree's (`--workloads`), `text.rs` the text.
 
 mod kernel;
 mod text;
+mod workloads;
 
 use std::fmt;
 
@@ -16,6 +18,7 @@ use slotring::slots::Scheduler;
 use crate::config::{RunConfig, ser_display};
 
 pub use kernel::*;
+pub use workloads::*;
 
 /// Jain's fairness index `(Σx)² / (n·Σx²)`: 1 when all are equal, `1/n` when
 /// one takes everything. 1 for an empty or all-zero input.
@@ -302,7 +305,8 @@ pub struct FairnessReport {
 pub struct Timeline {
     /// Sample times, seconds since start.
     pub t_s: Vec<f64>,
-    /// Rate charged to the block-device throttler in the interval, bytes/s.
+    /// Rate charged to the block-device throttler (with `--workloads`, to
+    /// the tree's root, net of refunds) in the interval, bytes/s.
     pub disk_bytes_per_s: Vec<f64>,
     /// Page-cache bytes/s in the interval.
     pub page_cache_bytes_per_s: Vec<f64>,
@@ -320,6 +324,11 @@ pub struct Timeline {
     /// The effective CPU slot budget at each sample
     /// (`slotring_slots_budget_effective`: adaptive, or `max_concurrency`).
     pub budget: Vec<u64>,
+    /// The disk's workloads (`--workloads`; empty without), the tree's order.
+    pub workloads: Vec<String>,
+    /// Each workload's read rate in each interval (bytes/s granted, net of
+    /// refunds), as `workloads`.
+    pub workload_bytes_per_s: Vec<Vec<f64>>,
 }
 
 /// Latency percentiles of a kind of query, milliseconds.
@@ -382,8 +391,11 @@ pub struct Report {
     pub interrupted: bool,
     /// The data file.
     pub data_file: DataFile,
-    /// Per throttler.
+    /// Per throttler (without `local_read` when a workload tree
+    /// schedules the reads).
     pub throttlers: Vec<ThrottlerReport>,
+    /// The disk's workload tree, with `--workloads`.
+    pub workloads: Option<WorkloadsReport>,
     /// The engine.
     pub io: IoReport,
     /// CPU slots.

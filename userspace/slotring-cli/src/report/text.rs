@@ -12,6 +12,9 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.write_data_file(f)?;
         self.write_throttlers(f)?;
+        if let Some(w) = &self.workloads {
+            write!(f, "{w}")?;
+        }
         self.write_slots(f)?;
         self.write_kernel(f)?;
         writeln!(

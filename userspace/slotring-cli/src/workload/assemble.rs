@@ -65,16 +65,26 @@ pub(super) fn report(f: Finished<'_>) -> Report {
         config: cfg.clone(),
         elapsed_s: f.elapsed_s,
         interrupted: f.interrupted,
-        throttlers: vec![
-            {
+        // `local_read` only when it was the reads' throttler (a tree's
+        // waits are its workloads').
+        throttlers: live
+            .disk
+            .is_none()
+            .then(|| {
                 // The read throttler's waits include the debt the queries
                 // paid before a read (see `waits::pay_debt`).
                 let mut r = throttle_report(f.read, f.elapsed_s, f.read_debt_at_end);
                 r.wait_s += live.debt_wait_ns.load(Ordering::Relaxed) as f64 / 1e9;
                 r
-            },
-            throttle_report(f.write, f.data_file.create_s, f.write_debt_at_end),
-        ],
+            })
+            .into_iter()
+            .chain([throttle_report(
+                f.write,
+                f.data_file.create_s,
+                f.write_debt_at_end,
+            )])
+            .collect(),
+        workloads: live.disk.as_ref().map(|d| d.report(f.elapsed_s)),
         data_file: f.data_file,
         io: io_report(
             &live.engines.total(),

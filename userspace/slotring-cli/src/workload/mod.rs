@@ -14,7 +14,9 @@
 //!    back and asks for one more (`set_max(+1)`), so the scheduler decides
 //!    who runs next. While a read waits (throttle timeout SQE and the IO),
 //!    the engine parks the lease: its slot stops counting and may go to a
-//!    waiter.
+//!    waiter. With `--workloads FILE` the reads are scheduled by the
+//!    file's tree instead of `local_read` (`disk_workloads`: scans enter
+//!    one leaf, short queries another).
 //! 3. Every `short_query_interval` a short query starts: one slot, four
 //!    64 KiB reads of the file's first 16 MiB (soon page-cache hits, which
 //!    the block-device throttler does not charge) with CPU work between.
@@ -30,13 +32,15 @@
 //! `engines` opens one IO engine per query thread and sums their
 //! counters; `workers` holds the state the query threads share and runs
 //! them; `sampler` is the only reader of their statistics while they run
-//! (the timeline, `/metrics`, the BPF maps, `progress`); `assemble` turns
+//! (the timeline, `/metrics`, the BPF maps, `progress`); `disk_workloads`
+//! is the disk's workload tree when there is one; `assemble` turns
 //! what is left at the end into the [`Report`]; `counters` is where
 //! individual counter fields are listed.
 
 mod assemble;
 mod counters;
 mod disk;
+mod disk_workloads;
 mod engines;
 mod progress;
 mod sampler;
@@ -108,6 +112,12 @@ pub enum RunError {
         /// Why.
         source: ThrottleError,
     },
+    /// The disk's workload tree was refused (a bad setting: exit code 2).
+    #[error("--workloads: the disk's workload tree")]
+    Workloads {
+        /// Why.
+        source: slotring::throttle::WorkloadError,
+    },
     /// A scan query's slot allocation was refused.
     #[error("allocating the CPU slots of scan {scan}")]
     Slots {
@@ -135,7 +145,8 @@ pub enum RunError {
 /// Period of the sampler (timeline, metrics, BPF publication, progress).
 pub const SAMPLE_PERIOD: Duration = Duration::from_millis(100);
 
-/// Options that are not settings: how the run is presented and stopped.
+/// Options that are not settings: how the run is presented and stopped,
+/// and the workload tree of its reads.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
     /// Show progress bars on stderr (hidden anyway when it is not a terminal).
@@ -144,6 +155,9 @@ pub struct RunOptions {
     pub stop: Arc<AtomicBool>,
     /// Allow `/metrics` on a non-loopback address.
     pub allow_remote: bool,
+    /// The disk's workload tree (`--workloads`): the queries' reads are
+    /// scheduled by it instead of `local_read`.
+    pub workloads: Option<crate::config::IoWorkloads>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -157,6 +171,11 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     let stopping = || stop.load(Ordering::Relaxed);
     let mut data = setup::DataDir::prepare(cfg)?;
     let (read, write) = setup::throttlers(cfg)?;
+    let disk = opts
+        .workloads
+        .as_ref()
+        .map(disk_workloads::DiskWorkloads::new)
+        .transpose()?;
     let cc = setup::slots(cfg);
     // `/metrics` from here on: the data file's paced write is throttled IO
     // worth watching too.
@@ -183,6 +202,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         write: &write,
         bpf: bpf.as_ref(),
         adaptive: adaptive.as_ref(),
+        disk: disk.as_ref(),
     };
     // Set once the file is written: it carries no data (`Relaxed`).
     let created = AtomicBool::new(false);
@@ -240,15 +260,18 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
     // 2. Queries, watched by the sampler, which serves /metrics meanwhile.
     let start = Instant::now();
     let cpu0 = setup::process_cpu_s();
-    let live = Arc::new(workers::Live::new(
-        cfg.clone(),
-        start,
-        stop.clone(),
-        file,
-        read.clone(),
-        cc.clone(),
-        engines,
-    ));
+    let live = Arc::new(
+        workers::Live::new(
+            cfg.clone(),
+            start,
+            stop.clone(),
+            file,
+            read.clone(),
+            cc.clone(),
+            engines,
+        )
+        .with_workloads(disk),
+    );
     progress.start_queries(cfg.duration);
     let workers = workers::start(&live, &mut progress)?;
 

@@ -12,9 +12,10 @@ use slotring::metrics::SlotringCollector;
 use slotring::pinned::{self, ThreadState};
 use slotring::slots::{ConcurrencyControl, SlotsCounters};
 use slotring::snapshot::{KernelSnapshot, NamedThrottler, Snapshot, TenantStat};
-use slotring::throttle::{Tenant, ThrottleCounters, Throttler};
+use slotring::throttle::{Tenant, ThrottleCounters, Throttler, WorkloadCounters};
 use slotring::uring::UringCounters;
 
+use super::disk_workloads::DiskWorkloads;
 use super::engines::Engines;
 use super::progress::Progress;
 use super::workers::Live;
@@ -98,12 +99,14 @@ pub(super) struct Source<'a> {
     pub bpf: Option<&'a SlotringBpf>,
     /// The adaptive budget.
     pub adaptive: Option<&'a AdaptiveBudget>,
+    /// The disk's workload tree, when there is one.
+    pub disk: Option<&'a DiskWorkloads>,
 }
 
 impl Published {
     /// Publish one sample: to the BPF maps and as the snapshot `/metrics`
-    /// renders (`read` is `source.read`'s counters, read by the caller
-    /// with the rest of its sample).
+    /// renders (`read` is `source.read`'s counters and `workloads` its
+    /// tree's, read by the caller with the rest of its sample).
     fn publish(
         &self,
         source: &Source<'_>,
@@ -111,6 +114,7 @@ impl Published {
         slots: SlotsCounters,
         uring: UringCounters,
         tenants: Vec<TenantStat>,
+        workloads: Vec<WorkloadCounters>,
     ) {
         let throttlers = vec![
             NamedThrottler {
@@ -136,6 +140,7 @@ impl Published {
             kernel: source.bpf.and_then(kernel_snapshot),
             tenants,
             adaptive: source.adaptive.map(AdaptiveBudget::status),
+            workloads,
         };
     }
 
@@ -150,7 +155,15 @@ impl Published {
     ) {
         loop {
             let read = source.read.counters();
-            self.publish(source, read, cc.counters(), engines.total(), Vec::new());
+            let workloads = source.disk.map(DiskWorkloads::counters).unwrap_or_default();
+            self.publish(
+                source,
+                read,
+                cc.counters(),
+                engines.total(),
+                Vec::new(),
+                workloads,
+            );
             let next = std::time::Instant::now() + SAMPLE_PERIOD;
             if !super::waits::sleep_until(next, done) {
                 return;
@@ -186,6 +199,8 @@ pub(super) struct Sampler<'a> {
     last_cache: u64,
     /// Each scan's tenant bytes at the previous sample.
     last_scan_disk: Vec<u64>,
+    /// Each workload's bytes (net of refunds) at the previous sample.
+    last_workload: Vec<u64>,
 }
 
 impl<'a> Sampler<'a> {
@@ -218,9 +233,10 @@ impl<'a> Sampler<'a> {
                 peak_threads: 0,
             },
             last_t: 0.0,
-            last_amount: live.read.counters().amount,
+            last_amount: disk_amount(live, &live.read.counters()),
             last_cache: live.engines.total().page_cache_bytes,
             last_scan_disk: vec![0; live.cfg.scans as usize],
+            last_workload: Vec::new(),
         }
     }
 
@@ -248,14 +264,15 @@ impl<'a> Sampler<'a> {
         let uring = live.engines.total();
         let rc = live.read.counters();
         let dt = (t - self.last_t).max(1e-6);
-        let disk_rate = (rc.amount - self.last_amount) as f64 / dt;
+        let amount = disk_amount(live, &rc);
+        let disk_rate = amount.saturating_sub(self.last_amount) as f64 / dt;
         timeline.t_s.push(t);
         timeline.disk_bytes_per_s.push(disk_rate);
         timeline
             .page_cache_bytes_per_s
             .push(uring.page_cache_bytes.saturating_sub(self.last_cache) as f64 / dt);
         self.last_t = t;
-        self.last_amount = rc.amount;
+        self.last_amount = amount;
         self.last_cache = uring.page_cache_bytes;
         let queries = lock(&live.queries).clone();
         let mut short = 0;
@@ -296,6 +313,12 @@ impl<'a> Sampler<'a> {
         timeline.slots_in_use.push(slots.cur_concurrency);
         timeline.leases_parked.push(slots.parked);
         timeline.budget.push(slots.budget_effective);
+        let workloads = live
+            .disk
+            .as_ref()
+            .map(DiskWorkloads::counters)
+            .unwrap_or_default();
+        self.workload_rates(&workloads, dt);
         self.out.peak_threads = self.out.peak_threads.max(process_threads());
         // Counters only go up; the sampler is their only writer.
         let reads = &self.published.1;
@@ -314,15 +337,42 @@ impl<'a> Sampler<'a> {
             write: self.write,
             bpf: self.bpf,
             adaptive: self.adaptive,
+            disk: live.disk.as_ref(),
         };
-        self.published.publish(&source, rc, slots, uring, tenants);
+        self.published
+            .publish(&source, rc, slots, uring, tenants, workloads);
         self.progress.update(t, disk_rate, &slots);
+    }
+
+    /// Each workload's read rate (bytes net of refunds) since the previous
+    /// sample, onto the timeline; the names at the first.
+    fn workload_rates(&mut self, workloads: &[WorkloadCounters], dt: f64) {
+        let timeline = &mut self.out.timeline;
+        if timeline.workloads.is_empty() {
+            timeline.workloads = workloads.iter().map(|w| w.name.clone()).collect();
+            timeline.workload_bytes_per_s = vec![Vec::new(); workloads.len()];
+            self.last_workload = vec![0; workloads.len()];
+        }
+        for (i, w) in workloads.iter().enumerate().take(self.last_workload.len()) {
+            let net = w.bytes.saturating_sub(w.refunded_bytes);
+            timeline.workload_bytes_per_s[i]
+                .push(net.saturating_sub(self.last_workload[i]) as f64 / dt);
+            self.last_workload[i] = net;
+        }
     }
 
     /// What the samples add up to.
     pub fn finish(self) -> Sampled {
         self.out
     }
+}
+
+/// The bytes the disk was charged so far: the tree's root (net of refunds)
+/// with `--workloads`, else `local_read`'s (`read`, its counters).
+fn disk_amount(live: &Live, read: &ThrottleCounters) -> u64 {
+    live.disk
+        .as_ref()
+        .map_or(read.amount, DiskWorkloads::disk_bytes)
 }
 
 /// Threads of this process now.

@@ -46,17 +46,20 @@ pub(super) fn sleep_until(deadline: Instant, stopping: &dyn Fn() -> bool) -> boo
     }
 }
 
-/// The time until `t`'s bucket is out of debt (zero when it is not, or when
-/// unlimited).
-fn debt(t: &Throttler) -> Duration {
-    let rate = t.max_speed();
-    let tokens = t.tokens_nano();
-    if rate == 0 || tokens >= 0 {
+/// The time until a bucket of `rate` tokens/s holding `tokens_nano`
+/// nano-tokens is out of debt (zero when it is not, or when unlimited).
+pub(super) fn debt_time(tokens_nano: i128, rate: u64) -> Duration {
+    if rate == 0 || tokens_nano >= 0 {
         return Duration::ZERO;
     }
     // nano-tokens / (tokens/s) = ns × NANO_PER_TOKEN / 1e9 = ns.
-    let ns = (-tokens) * (1_000_000_000 / NANO_PER_TOKEN) / i128::from(rate);
+    let ns = (-tokens_nano) * (1_000_000_000 / NANO_PER_TOKEN) / i128::from(rate);
     Duration::from_nanos(u64::try_from(ns).unwrap_or(u64::MAX))
+}
+
+/// The time until `t`'s bucket is out of debt.
+fn debt(t: &Throttler) -> Duration {
+    debt_time(t.tokens_nano(), t.max_speed())
 }
 
 /// Wait, with the calling thread's CPU lease parked, while `t`'s bucket owes
@@ -65,14 +68,20 @@ fn debt(t: &Throttler) -> Duration {
 /// fair gate orders the tenants' requests: at rates where one request costs
 /// less than `MAX_BLOCK` this never waits, and the order stays the gate's.
 pub(super) fn pay_debt(t: &Throttler, stopping: &dyn Fn() -> bool) -> Duration {
-    let over = |t: &Throttler| debt(t).saturating_sub(MAX_BLOCK);
-    if over(t).is_zero() {
+    wait_out(&|| debt(t), stopping)
+}
+
+/// Wait, CPU lease parked, while `debt()` exceeds [`MAX_BLOCK`], or until
+/// `stopping()`; the time waited (zero, and no park, when it does not).
+pub(super) fn wait_out(debt: &dyn Fn() -> Duration, stopping: &dyn Fn() -> bool) -> Duration {
+    let over = || debt().saturating_sub(MAX_BLOCK);
+    if over().is_zero() {
         return Duration::ZERO;
     }
     let start = Instant::now();
     let _parked = park_current_lease();
     loop {
-        let d = over(t);
+        let d = over();
         if d.is_zero() || stopping() {
             return start.elapsed();
         }

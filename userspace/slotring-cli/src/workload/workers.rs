@@ -10,6 +10,7 @@ use slotring::slots::{Allocation, ConcurrencyControl, SlotsError};
 use slotring::throttle::{Tenant, ThrottlePtr, Throttler};
 use slotring::uring::{IoEngine, UringFile};
 
+use super::disk_workloads::DiskWorkloads;
 use super::engines::Engines;
 use super::progress::Progress;
 use super::setup::MAX_BLOCK;
@@ -82,6 +83,9 @@ pub(super) struct Live {
     file: Arc<UringFile>,
     pub read: Arc<Throttler>,
     read_ptr: ThrottlePtr,
+    /// The disk's workload tree, which schedules the reads instead of
+    /// `read` when there is one.
+    pub disk: Option<DiskWorkloads>,
     pub cc: ConcurrencyControl,
     /// Every query so far, scans first.
     pub queries: Mutex<Vec<Arc<QueryState>>>,
@@ -122,6 +126,7 @@ impl Live {
             file,
             read_ptr: read.clone(),
             read,
+            disk: None,
             cc,
             queries: Mutex::new(Vec::new()),
             engines,
@@ -134,18 +139,28 @@ impl Live {
         }
     }
 
+    /// The same run with its reads scheduled by `disk` instead of `read`.
+    pub fn with_workloads(self, disk: Option<DiskWorkloads>) -> Self {
+        Self { disk, ..self }
+    }
+
     /// Ctrl-C, or the duration is over.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed) || Instant::now() >= self.deadline
     }
 
     /// Read `buf.len()` bytes at `off` for query `q` through `engine`,
-    /// charged to the read throttler (its debt paid first, stop-aware),
+    /// charged to the read throttler or `q`'s workload (its debt paid
+    /// first, stop-aware),
     /// counting the read, a failure or a short read; nothing once the run
     /// is stopping. Hands the buffer back (full length).
     fn read(&self, engine: &mut dyn IoEngine, q: &QueryState, buf: Vec<u8>, off: u64) -> Vec<u8> {
         let len = buf.len();
-        let waited = pay_debt(&self.read, &|| self.stopping());
+        let stopping = || self.stopping();
+        let (waited, throttle) = match &self.disk {
+            Some(d) => (d.pay_debt(q.kind, &stopping), d.throttle(q.kind)),
+            None => (pay_debt(&self.read, &stopping), &self.read_ptr),
+        };
         if !waited.is_zero() {
             self.debt_wait_ns
                 .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
@@ -155,7 +170,7 @@ impl Live {
             // bookings in the throttler's fair gate).
             return buf;
         }
-        let (r, mut buf) = engine.read_at(&self.file, buf, off, Some(&self.read_ptr), MAX_BLOCK);
+        let (r, mut buf) = engine.read_at(&self.file, buf, off, Some(throttle), MAX_BLOCK);
         match r {
             Ok(n) => {
                 q.reads.fetch_add(1, Ordering::Relaxed);
@@ -223,19 +238,24 @@ pub(super) fn start(live: &Arc<Live>, progress: &mut Progress) -> Result<Workers
     let mut scans = Vec::new();
     for i in 0..cfg.scans {
         let width = cfg.scan_width(i);
-        let tenant =
-            Tenant::new(format!("scan{}", i + 1), 1).expect("weight 1 is a valid tenant weight");
-        let q = live.add_query(i + 1, QueryKind::Scan, Some(tenant.clone()));
+        // A tenant of `local_read`'s fair gate; a workload tree orders
+        // the scans by their leaf instead.
+        let tenant = live.disk.is_none().then(|| {
+            Tenant::new(format!("scan{}", i + 1), 1).expect("weight 1 is a valid tenant weight")
+        });
+        let q = live.add_query(i + 1, QueryKind::Scan, tenant.clone());
         scans.push(q.clone());
-        let alloc = Arc::new(
-            live.cc
-                .allocate(1, u64::from(width))
-                .map_err(|source| RunError::Slots {
-                    scan: i + 1,
-                    source,
-                })?
-                .with_tenant(tenant),
-        );
+        let alloc = live
+            .cc
+            .allocate(1, u64::from(width))
+            .map_err(|source| RunError::Slots {
+                scan: i + 1,
+                source,
+            })?;
+        let alloc = Arc::new(match tenant {
+            Some(t) => alloc.with_tenant(t),
+            None => alloc,
+        });
         let max = Arc::new(AtomicU64::new(u64::from(width)));
         let cursor = Arc::new(AtomicU64::new(
             (cfg.file_size / u64::from(cfg.scans)) * u64::from(i) / cfg.read_size * cfg.read_size,

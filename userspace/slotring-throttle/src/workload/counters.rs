@@ -75,8 +75,9 @@ pub(crate) fn granted(path: &[std::sync::Arc<NodeShared>], cost: u64, wait_ns: u
 }
 
 /// One workload's counters, as [`WorkloadScheduler::counters`] reads them.
-/// Counts of a node cover its whole subtree.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Counts of a node cover its whole subtree. The default is a workload of
+/// no name that was granted nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkloadCounters {
     /// The workload's name.
     pub name: String,
