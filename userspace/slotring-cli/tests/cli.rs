@@ -922,6 +922,33 @@ fn ctrl_c_stops_cleanly() {
     assert!(!pins.exists(), "pins left at {}", pins.display());
 }
 
+/// `degrades_cleanly_without_privileges`'s run, as user 65534 with no
+/// capabilities.
+fn setpriv_run(bin: &Path, dir: &Path, cfg: &Path) -> std::process::Output {
+    Command::new("setpriv")
+        .env("SLOTRING_SCAN_THREADS", "2")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--inh-caps=-all", "--bounding-set=-all", "--"])
+        .arg(bin)
+        .args([
+            "run",
+            "--duration",
+            "2s",
+            "--file-size",
+            "16MiB",
+            "--json",
+            "--no-progress",
+            "--adaptive-budget",
+        ])
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--config")
+        .arg(cfg)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn degrades_cleanly_without_privileges() {
     if !is_root() || !have("setpriv") {
@@ -956,28 +983,20 @@ fn degrades_cleanly_without_privileges() {
     // Settings from a TOML file and the environment, too.
     let cfg = dir.path().join("slotring.toml");
     std::fs::write(&cfg, "scans = 2\nscan_threads = 3\nduration = \"5s\"\n").unwrap();
-    let out = Command::new("setpriv")
-        .env("SLOTRING_SCAN_THREADS", "2")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .args(["--inh-caps=-all", "--bounding-set=-all", "--"])
-        .arg(&bin_copy)
-        .args([
-            "run",
-            "--duration",
-            "2s",
-            "--file-size",
-            "16MiB",
-            "--json",
-            "--no-progress",
-            "--adaptive-budget",
-        ])
-        .args(["--listen", "127.0.0.1:0"])
-        .arg("--dir")
-        .arg(dir.path())
-        .arg("--config")
-        .arg(&cfg)
-        .output()
-        .unwrap();
+    // A copy just written can be briefly busy (ETXTBSY): another test's
+    // child, forked while the copy was open for writing, holds the file
+    // until its exec closes it. Retried a bounded number of times.
+    let out = (0..20)
+        .map(|_| setpriv_run(&bin_copy, dir.path(), &cfg))
+        .find(|o| {
+            let busy = o.status.code() == Some(126)
+                && String::from_utf8_lossy(&o.stderr).contains("Text file busy");
+            if busy {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            !busy
+        })
+        .expect("the copied binary stayed busy for a second");
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert_eq!(
