@@ -9,11 +9,15 @@
 //! time on an idle core), drop the slot and the allocation.
 //!
 //! * `wl_cpu_share_pct`: workloads `a` (weight 2) and `b` (weight 1) at
-//!   one priority, each with twice as many threads as cores running 1 ms
-//!   tasks for [`SHARE_RUN`]; each thread sums the time its slots were
-//!   held (acquire's return to the drop, clipped to the run's window) per
+//!   one priority, each with four threads per core running 1 ms tasks
+//!   for [`SHARE_RUN`]; each thread sums the time its slots were held
+//!   (acquire's return to the drop, clipped to the run's window) per
 //!   workload; the key is `a`'s % of the total. `wl_cpu_grants_ratio_a_b`
-//!   is the tree's own count of grants, `a` over `b`.
+//!   is the tree's own count of grants, `a` over `b`. Four threads per
+//!   core keep a waiter in each workload: with fewer, all of a
+//!   workload's threads are at times between tasks or granted and not yet
+//!   on a core, the tree sees it return from idle at its level's virtual
+//!   time, and its lead is lost (the grants fall below 2:1).
 //! * `wl_cpu_short_p99_ms`: a short query (0.5 ms task) every
 //!   [`SHORT_EVERY`] in workload `short` at priority 0, its latency from
 //!   the allocation to the drop, beside four threads per core of 1 ms
@@ -147,7 +151,8 @@ fn share_round(cores: u64, unit: u64) -> (f64, f64) {
             WorkloadSpec::new("b").weight(1),
         ]),
     );
-    let per = 2 * cores as usize;
+    // Threads per workload (see the module docs).
+    let per = 4 * cores as usize;
     let held = [AtomicU64::new(0), AtomicU64::new(0)];
     // One window for every thread, once all are started.
     let start = Instant::now() + Duration::from_millis(20);
