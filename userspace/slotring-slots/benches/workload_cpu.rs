@@ -50,6 +50,7 @@ use slotring_benchkit::{Report, median, percentile};
 use slotring_slots::{Allocation, ConcurrencyControl, Scheduler};
 use slotring_throttle::{WorkloadSpec, WorkloadTree};
 
+/// Rounds of every measurement (each key is their median).
 const ROUNDS: usize = 3;
 /// One share run.
 const SHARE_RUN: Duration = Duration::from_secs(3);
