@@ -42,7 +42,13 @@ pub(crate) const BENCHES: &[Suite] = &[
             ("slotring-bench", "fair_uring"),
         ],
     ),
-    suite("workload", &[("slotring-throttle", "workload")]),
+    suite(
+        "workload",
+        &[
+            ("slotring-throttle", "workload"),
+            ("slotring-bench", "workload_io"),
+        ],
+    ),
     suite("slots", &[("slotring-slots", "slots")]),
     suite("uring", &[("slotring-uring", "uring")]),
     suite("shared", &[("slotring-uring", "shared")]),
