@@ -35,7 +35,7 @@ use slotring_throttle::{
 };
 use slotring_uring::{RealSyscalls, Syscalls, UringFile};
 
-use crate::run::{Group, Job, engine, read_piece, run_groups, share_pct, window};
+use crate::run::{Group, Job, Ran, engine, read_piece, run_groups, share_pct, window};
 use crate::throttles::{RocksDbThrottle, Turns};
 
 // A bench's crate root looks for its modules beside it: they live in
@@ -207,7 +207,11 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
     let turns = Turns::new(user);
     let user: ThrottlePtr = turns.clone();
     let groups = [Group::new(bg, 8)];
-    let (logs, _, (idle, waits_ms, hits)) = run_groups(Job::Read, data, &[], &groups, || {
+    let Ran {
+        logs,
+        side: (idle, waits_ms, hits),
+        ..
+    } = run_groups(Job::Read, data, &[], &groups, || {
         let idle = keep.as_ref().map(|_| window(plan, plan.window));
         if idle.is_none() {
             std::thread::sleep(plan.warm);
@@ -229,7 +233,15 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
             let miss = read_piece(&mut e, data, Some(&user), &mut buf, &mut x)?;
             match turns.take() {
                 Some(turn) if miss == PIECE => {
-                    waits.push(turn.saturating_duration_since(submit).as_secs_f64() * 1e3);
+                    let ms = turn.saturating_duration_since(submit).as_secs_f64() * 1e3;
+                    if std::env::var_os("SLOTRING_WL_IO_TRACE").is_some() && ms > 8.0 {
+                        let done = submit.elapsed().as_secs_f64() * 1e3;
+                        eprintln!(
+                            "      read {}: turn after {ms:.2} ms, done after {done:.2} ms",
+                            waits.len()
+                        );
+                    }
+                    waits.push(ms);
                 }
                 _ => hits += 1,
             }
@@ -261,7 +273,9 @@ fn cap_error(data: &Arc<UringFile>, plan: &Plan) -> Result<f64, String> {
             .map(|c| c.bytes - c.refunded_bytes)
             .unwrap_or(0)
     };
-    let (logs, _, (w, g)) = run_groups(Job::Read, data, &[], &groups, || {
+    let Ran {
+        logs, side: (w, g), ..
+    } = run_groups(Job::Read, data, &[], &groups, || {
         // A longer warm-up: eight readers reach the cap's debt.
         std::thread::sleep(2 * plan.warm);
         let (g0, t1) = (granted(), Instant::now());
@@ -294,7 +308,7 @@ fn share_w31(data: &Arc<UringFile>, plan: &Plan, fifo_baseline: bool) -> Result<
         (leaf(&s, "w3")?, leaf(&s, "w1")?, Some(s))
     };
     let groups = [Group::new(a, 4), Group::new(b, 4)];
-    let (logs, _, w) = run_groups(Job::Read, data, &[], &groups, || {
+    let Ran { logs, side: w, .. } = run_groups(Job::Read, data, &[], &groups, || {
         Ok(window(plan, plan.window))
     })?;
     share_pct(&logs, 0, w)
@@ -331,7 +345,7 @@ fn share_nested(data: &Arc<UringFile>, plan: &Plan, flat: bool) -> Result<f64, S
         }
         Some(s)
     };
-    let (logs, _, w) = run_groups(Job::Read, data, &[], &groups, || {
+    let Ran { logs, side: w, .. } = run_groups(Job::Read, data, &[], &groups, || {
         Ok(window(plan, plan.window))
     })?;
     share_pct(&logs, 0, w)
@@ -393,7 +407,7 @@ fn inflight(
         tenant: None,
         threads: if readers == Readers::None { 0 } else { 16 },
     }];
-    let (_, _, sysfs) = run_groups(Job::Read, data, &[], &groups, || {
+    let Ran { side: sysfs, .. } = run_groups(Job::Read, data, &[], &groups, || {
         std::thread::sleep(plan.warm);
         let end = Instant::now() + plan.window.min(Duration::from_secs(2));
         let mut peak = None;
@@ -465,7 +479,11 @@ fn write_share(
     let groups = [Group::new(a, WRITERS), Group::new(b, WRITERS)];
     let files: Vec<Arc<UringFile>> = files.iter().map(|f| f.file.clone()).collect();
     // The first write of each region allocates its blocks: warm longer.
-    let (logs, (written, paced), w) = run_groups(Job::Write, data, &files, &groups, || {
+    let Ran {
+        logs,
+        written: (written, paced),
+        side: w,
+    } = run_groups(Job::Write, data, &files, &groups, || {
         std::thread::sleep(plan.warm);
         Ok(window(plan, plan.window))
     })?;

@@ -137,17 +137,26 @@ pub(crate) fn work(
     Ok((c.write_bytes, c.paced_bytes))
 }
 
+/// What [`run_groups`] gives back.
+pub(crate) struct Ran<R> {
+    /// Each group's completions.
+    pub(crate) logs: Vec<Log>,
+    /// Bytes written, and of them paced, by every engine.
+    pub(crate) written: (u64, u64),
+    /// What the side returned.
+    pub(crate) side: R,
+}
+
 /// Run `groups` (each thread reading `data`, or writing its own file of
 /// `files`) while `side` runs in this thread (it times the case and
-/// samples what it needs), evicting `data` every [`EVICT_EVERY`]. The
-/// groups' logs, the bytes written and paced, and what `side` returned.
+/// samples what it needs), evicting `data` every [`EVICT_EVERY`].
 pub(crate) fn run_groups<R>(
     job: Job,
     data: &Arc<UringFile>,
     files: &[Arc<UringFile>],
     groups: &[Group],
     side: impl FnOnce() -> Result<R, String>,
-) -> Result<(Vec<Log>, (u64, u64), R), String> {
+) -> Result<Ran<R>, String> {
     let logs: Vec<Log> = groups.iter().map(|_| Log::default()).collect();
     let stop = AtomicBool::new(false);
     data.evict().map_err(|e| format!("evict: {e}"))?;
@@ -185,7 +194,11 @@ pub(crate) fn run_groups<R>(
         evictor.join().expect("the evictor panicked");
         (failed.map_or(out, Err), written)
     });
-    Ok((logs, written, out?))
+    Ok(Ran {
+        logs,
+        written,
+        side: out?,
+    })
 }
 
 /// Sleep `warm`, then `window`: the window's bounds.
