@@ -14,12 +14,16 @@
 //! rates hold over short windows). A rate is the bytes completed in a
 //! window after a warm-up, from the window's first completion to its last
 //! (no edge error from where the window cuts a read); a share is a class's
-//! bytes completed in the window over everybody's.
+//! bytes completed in the window over everybody's. Writers write 256 KiB
+//! per call (one paced piece, buffered, its writeback waited for by the
+//! engine), each over its own file.
 //!
 //! Each round runs our tree and the baselines one after the other; keys
 //! are medians over the rounds (the in-flight peaks: the largest). A case
-//! that cannot run writes `null` and prints why. `SLOTRING_WL_IO_QUICK=1`:
-//! one short round, printed, no report written.
+//! that cannot run writes `null` and prints why. Debugging aids:
+//! `SLOTRING_WL_IO_QUICK=1`: one short round, printed, no report written;
+//! `SLOTRING_WL_IO_ONLY=wait,cap,...`: only those cases;
+//! `SLOTRING_WL_IO_TRACE=1`: every user wait over 8 ms printed.
 
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
@@ -690,6 +694,12 @@ fn main() {
                 ),
                 Err(e) => eprintln!("  no device in flight count: {e}"),
             }
+            eprintln!(
+                "  a user read's wait: from its submit to its turn, the instant its throttle's \
+                 reservation returned plus the delay it booked (when the engine's timeout lets \
+                 it go to the device; the device's time is not in it); reads that hit the page \
+                 cache are left out"
+            );
             for i in 0..plan.rounds {
                 eprintln!("  round {}/{}", i + 1, plan.rounds);
                 round(&file, &files, &dev, &plan, &mut k);
@@ -708,6 +718,19 @@ fn main() {
         }
     }
     put_keys(&mut r, &mut k);
+    if let (Some(ours), Some(rocks)) = (
+        r.get("wl_user_wait_p99_ms"),
+        r.get("wl_user_wait_p99_ms_rocksdb"),
+    ) {
+        let piece = PIECE as f64 / RATE as f64 * 1e3;
+        eprintln!(
+            "  user wait p99 {ours:.2} ms: goal <= 1 piece + 2 ms = {:.2} ms ({}), <= 0.1 x rocksdb = {:.2} ms ({})",
+            piece + 2.0,
+            if ours <= piece + 2.0 { "met" } else { "missed" },
+            0.1 * rocks,
+            if ours <= 0.1 * rocks { "met" } else { "missed" },
+        );
+    }
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!("workload_io: loadavg after: {}", load.trim());
     if quick {
