@@ -111,6 +111,15 @@ const WORKLOAD: &[KeyGoal] = &[
         "one push and one dispatch, 10,000 queued leaves",
     ),
     g(
+        "wl_user_wait_p99_ms",
+        "<= 0.1 x wl_user_wait_p99_ms_rocksdb",
+        "a priority-0 read's wait for its turn beside a saturating priority-1 background, p99 ms",
+    ),
+    info(
+        "wl_piece_ms",
+        "one 256 KiB piece at the 64 MiB/s root, ms (the user wait's other goal: <= 1 piece + 2 ms)",
+    ),
+    g(
         "wl_background_share_idle_pct",
         ">= 99",
         "a background workload's share of an otherwise idle resource, %",

@@ -46,6 +46,7 @@ pub(crate) const BENCHES: &[Suite] = &[
         "workload",
         &[
             ("slotring-throttle", "workload"),
+            ("slotring-bench", "workload_io"),
             ("slotring-slots", "workload_cpu"),
         ],
     ),
