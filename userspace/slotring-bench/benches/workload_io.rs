@@ -180,18 +180,21 @@ struct UserWaits {
 /// the instant it was submitted. With the tree, first a window with users
 /// idle (background's share of the limit).
 fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWaits, String> {
-    let (user, bg, keep): (ThrottlePtr, ThrottlePtr, Option<WorkloadScheduler>) = match sched {
+    let mut scheduler = None;
+    let (user, bg): (ThrottlePtr, ThrottlePtr) = match sched {
         Sched::Tree => {
             let s = tree(vec![
                 root(),
                 WorkloadSpec::new("user").parent("disk").priority(0),
                 WorkloadSpec::new("background").parent("disk").priority(1),
             ])?;
-            (leaf(&s, "user")?, leaf(&s, "background")?, Some(s))
+            let leaves = (leaf(&s, "user")?, leaf(&s, "background")?);
+            scheduler = Some(s);
+            leaves
         }
         Sched::Fifo => {
             let t = fifo()?;
-            (t.clone(), t, None)
+            (t.clone(), t)
         }
         Sched::RocksDb => {
             let l = Arc::new(RocksDbRateLimiter::new(RATE as i64));
@@ -204,7 +207,6 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
                     limiter: l,
                     pri: IoPriority::Low,
                 }),
-                None,
             )
         }
     };
@@ -216,7 +218,7 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
         side: (idle, waits_ms, hits),
         ..
     } = run_groups(Job::Read, data, &[], &groups, || {
-        let idle = keep.as_ref().map(|_| window(plan, plan.window));
+        let idle = (sched == Sched::Tree).then(|| window(plan, plan.window));
         if idle.is_none() {
             std::thread::sleep(plan.warm);
         }
@@ -224,6 +226,7 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
         let mut buf = vec![0u8; PIECE as usize];
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let (mut waits, mut hits) = (vec![], 0);
+        let trace = std::env::var_os("SLOTRING_WL_IO_TRACE").is_some();
         let t0 = Instant::now();
         let mut next = t0;
         while next.duration_since(t0) < plan.users {
@@ -233,15 +236,18 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
             }
             next += USER_EVERY;
             turns.take();
+            let queued0 = if trace { runqueue_ns() } else { 0 };
             let submit = Instant::now();
             let miss = read_piece(&mut e, data, Some(&user), &mut buf, &mut x)?;
             match turns.take() {
                 Some(turn) if miss == PIECE => {
                     let ms = turn.saturating_duration_since(submit).as_secs_f64() * 1e3;
-                    if std::env::var_os("SLOTRING_WL_IO_TRACE").is_some() && ms > 8.0 {
+                    if trace && ms > 8.0 {
                         let done = submit.elapsed().as_secs_f64() * 1e3;
+                        let runq = (runqueue_ns() - queued0) as f64 / 1e6;
                         eprintln!(
-                            "      read {}: turn after {ms:.2} ms, done after {done:.2} ms",
+                            "      read {}: turn after {ms:.2} ms, done after {done:.2} ms, \
+                             {runq:.2} ms of it runnable but not running",
                             waits.len()
                         );
                     }
@@ -253,12 +259,29 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
         Ok((idle, waits, hits))
     })?;
     let idle_share_pct = idle.map(|w| logs[0].rate_in(w).map(|r| 100.0 * r / RATE as f64));
-    drop(keep);
+    // The scheduler's own account of the user's queueing (from the request
+    // to its grant, without the thread's wake-up after it).
+    if let Some(c) = scheduler.and_then(|s| s.counters_of("user").ok())
+        && let Some(k) = c.wait_histogram.iter().rposition(|&n| n > 0)
+    {
+        let bound = slotring_throttle::workload::wait_bucket_bound(k)
+            .map_or("more".into(), |b| format!("{b:?}"));
+        eprintln!("    Tree: the scheduler queued the user's requests each under {bound}");
+    }
     Ok(UserWaits {
         waits_ms,
         hits,
         idle_share_pct,
     })
+}
+
+/// How long this thread has waited runnable on a run queue, ns (its
+/// `schedstat`; 0 where there is none).
+fn runqueue_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A workload capped at 32 MiB/s under the 64 MiB/s root, alone, eight
@@ -297,20 +320,25 @@ fn cap_error(data: &Arc<UringFile>, plan: &Plan) -> Result<f64, String> {
     Ok(100.0 * (rate - CAP as f64).abs() / CAP as f64)
 }
 
+/// The leaves `w3` and `w1` (weights 3 and 1, both at priority 0) under
+/// the root; with `fifo_baseline`, one plain throttler twice.
+fn weights_3_1(fifo_baseline: bool) -> Result<(ThrottlePtr, ThrottlePtr), String> {
+    if fifo_baseline {
+        let t: ThrottlePtr = fifo()?;
+        return Ok((t.clone(), t));
+    }
+    let s = tree(vec![
+        root(),
+        WorkloadSpec::new("w3").parent("disk").weight(3),
+        WorkloadSpec::new("w1").parent("disk").weight(1),
+    ])?;
+    Ok((leaf(&s, "w3")?, leaf(&s, "w1")?))
+}
+
 /// Two saturating siblings of weights 3 and 1 (four readers each): the
 /// weight-3 one's % of the bytes; with `fifo`, both through one throttler.
 fn share_w31(data: &Arc<UringFile>, plan: &Plan, fifo_baseline: bool) -> Result<f64, String> {
-    let (a, b, _keep) = if fifo_baseline {
-        let t: ThrottlePtr = fifo()?;
-        (t.clone(), t, None)
-    } else {
-        let s = tree(vec![
-            root(),
-            WorkloadSpec::new("w3").parent("disk").weight(3),
-            WorkloadSpec::new("w1").parent("disk").weight(1),
-        ])?;
-        (leaf(&s, "w3")?, leaf(&s, "w1")?, Some(s))
-    };
+    let (a, b) = weights_3_1(fifo_baseline)?;
     let groups = [Group::new(a, 4), Group::new(b, 4)];
     let Ran { logs, side: w, .. } = run_groups(Job::Read, data, &[], &groups, || {
         Ok(window(plan, plan.window))
@@ -323,7 +351,7 @@ fn share_w31(data: &Arc<UringFile>, plan: &Plan, fifo_baseline: bool) -> Result<
 /// baseline: the nine leaves as nine equal tenants of one throttler.
 fn share_nested(data: &Arc<UringFile>, plan: &Plan, flat: bool) -> Result<f64, String> {
     let mut groups = vec![];
-    let _keep = if flat {
+    if flat {
         let t: ThrottlePtr = fifo()?;
         for q in 0..9 {
             let tenant = Tenant::new(format!("q{q}"), 1).map_err(|e| format!("tenant: {e}"))?;
@@ -333,7 +361,6 @@ fn share_nested(data: &Arc<UringFile>, plan: &Plan, flat: bool) -> Result<f64, S
                 threads: 1,
             });
         }
-        None
     } else {
         let mut specs = vec![
             root(),
@@ -347,8 +374,7 @@ fn share_nested(data: &Arc<UringFile>, plan: &Plan, flat: bool) -> Result<f64, S
         for q in 1..=8 {
             groups.push(Group::new(leaf(&s, &format!("B/q{q}"))?, 1));
         }
-        Some(s)
-    };
+    }
     let Ran { logs, side: w, .. } = run_groups(Job::Read, data, &[], &groups, || {
         Ok(window(plan, plan.window))
     })?;
@@ -469,17 +495,7 @@ fn write_share(
     plan: &Plan,
     fifo_baseline: bool,
 ) -> Result<f64, String> {
-    let (a, b, _keep) = if fifo_baseline {
-        let t: ThrottlePtr = fifo()?;
-        (t.clone(), t, None)
-    } else {
-        let s = tree(vec![
-            root(),
-            WorkloadSpec::new("w3").parent("disk").weight(3),
-            WorkloadSpec::new("w1").parent("disk").weight(1),
-        ])?;
-        (leaf(&s, "w3")?, leaf(&s, "w1")?, Some(s))
-    };
+    let (a, b) = weights_3_1(fifo_baseline)?;
     let groups = [Group::new(a, WRITERS), Group::new(b, WRITERS)];
     let files: Vec<Arc<UringFile>> = files.iter().map(|f| f.file.clone()).collect();
     // The first write of each region allocates its blocks: warm longer.
