@@ -18,6 +18,13 @@
 //! per call (one paced piece, buffered, its writeback waited for by the
 //! engine), each over its own file.
 //!
+//! A user read's wait runs from its submit to its turn: the instant its
+//! throttle's reservation returns plus the delay it booked, when the
+//! engine's timeout lets the read go to the device (the device's time is
+//! not in it). A tree's turn that queues is taken when the user's ring
+//! polls it again, so on a loaded machine it includes the thread's
+//! wake-up; a plain throttler's is a booking the kernel's timeout ends.
+//!
 //! Each round runs our tree and the baselines one after the other; keys
 //! are medians over the rounds (the in-flight peaks: the largest). A case
 //! that cannot run writes `null` and prints why. Debugging aids:
@@ -33,17 +40,20 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use slotring_benchkit::rocksdb_limiter::{IoPriority, RocksDbRateLimiter};
-use slotring_benchkit::{DataFile, Report, disk_dir, median, percentile};
+use slotring_benchkit::{DataFile, Report, disk_dir, percentile};
 use slotring_throttle::{
     Resource, Tenant, ThrottlePtr, Throttler, WorkloadScheduler, WorkloadSpec, WorkloadTree,
 };
 use slotring_uring::{RealSyscalls, Syscalls, UringFile};
 
+use crate::keys::{KEYS, Keys, put_keys};
 use crate::run::{Group, Job, Ran, engine, read_piece, run_groups, share_pct, window};
 use crate::throttles::{RocksDbThrottle, Turns};
 
 // A bench's crate root looks for its modules beside it: they live in
 // `workload_io/`.
+#[path = "workload_io/keys.rs"]
+mod keys;
 #[path = "workload_io/run.rs"]
 mod run;
 #[path = "workload_io/throttles.rs"]
@@ -523,49 +533,7 @@ fn write_share(
 }
 
 // ---------------------------------------------------------------------------
-// The report.
-
-/// Each key's values over the rounds, or why it has none.
-#[derive(Default)]
-struct Keys(Vec<(&'static str, Result<Vec<f64>, String>)>);
-
-impl Keys {
-    fn add(&mut self, key: &'static str, v: Result<f64, String>) {
-        let i = match self.0.iter().position(|(k, _)| *k == key) {
-            Some(i) => i,
-            None => {
-                self.0.push((key, Ok(vec![])));
-                self.0.len() - 1
-            }
-        };
-        match (&mut self.0[i].1, v) {
-            (Ok(xs), Ok(x)) => xs.push(x),
-            (slot @ Ok(_), Err(e)) => *slot = Err(e),
-            (Err(_), _) => {}
-        }
-    }
-
-    /// The median over rounds (`max`: the largest), or NaN with the reason printed.
-    fn value(&mut self, key: &str, max: bool) -> f64 {
-        match self.0.iter_mut().find(|(k, _)| *k == key).map(|(_, v)| v) {
-            Some(Ok(xs)) if !xs.is_empty() => {
-                if max {
-                    xs.iter().copied().fold(f64::MIN, f64::max)
-                } else {
-                    median(xs)
-                }
-            }
-            Some(Err(e)) => {
-                eprintln!("  {key}: not measured: {e}");
-                f64::NAN
-            }
-            _ => {
-                eprintln!("  {key}: not measured: no round ran");
-                f64::NAN
-            }
-        }
-    }
-}
+// Rounds.
 
 /// The user-wait scenario under each scheduler, and background's idle share.
 fn wait_round(data: &Arc<UringFile>, plan: &Plan, k: &mut Keys) {
@@ -714,7 +682,9 @@ fn main() {
                 "  a user read's wait: from its submit to its turn, the instant its throttle's \
                  reservation returned plus the delay it booked (when the engine's timeout lets \
                  it go to the device; the device's time is not in it); reads that hit the page \
-                 cache are left out"
+                 cache are left out. A tree's turn that queues is taken when the user's ring \
+                 polls it again, so it includes the thread's wake-up; a plain throttler's \
+                 booking is the kernel's timeout, and RocksDB's the wake-up from its condvar"
             );
             for i in 0..plan.rounds {
                 eprintln!("  round {}/{}", i + 1, plan.rounds);
@@ -755,107 +725,4 @@ fn main() {
     }
     let path = r.finish().expect("write the report");
     eprintln!("wrote {}", path.display());
-}
-
-const KEYS: [&str; 15] = [
-    "wl_user_wait_p99_ms",
-    "wl_user_wait_p99_ms_fifo",
-    "wl_user_wait_p99_ms_rocksdb",
-    "wl_background_share_idle_pct",
-    "wl_cap_error_pct",
-    "wl_share_w31_pct",
-    "wl_share_w31_pct_fifo",
-    "wl_share_nested_pct",
-    "wl_share_nested_pct_flat",
-    "wl_inflight_max",
-    "wl_inflight_max_sysfs",
-    "wl_inflight_max_sysfs_unlimited",
-    "wl_inflight_max_sysfs_idle",
-    "wl_write_share_pct",
-    "wl_write_share_pct_fifo",
-];
-
-fn put_keys(r: &mut Report, k: &mut Keys) {
-    let piece_ms = PIECE as f64 / RATE as f64 * 1e3;
-    r.put(
-        "wl_user_wait_p99_ms",
-        k.value("wl_user_wait_p99_ms", false),
-        "user reads (prio 0, 256 KiB / 20 ms) beside 8 background readers (prio 1) at 64 MiB/s: submit to turn, p99 ms; goal <= piece + 2 ms and <= 0.1 x _rocksdb",
-    );
-    r.put(
-        "wl_user_wait_p99_ms_fifo",
-        k.value("wl_user_wait_p99_ms_fifo", false),
-        "the same, one plain throttler for everybody (first-come)",
-    );
-    r.put(
-        "wl_user_wait_p99_ms_rocksdb",
-        k.value("wl_user_wait_p99_ms_rocksdb", false),
-        "the same through the RocksDB limiter port (user IO_HIGH, background IO_LOW, 100 ms refills)",
-    );
-    r.put("wl_piece_ms", piece_ms, "one 256 KiB piece at 64 MiB/s, ms");
-    r.put(
-        "wl_background_share_idle_pct",
-        k.value("wl_background_share_idle_pct", false),
-        "background's rate with users idle, % of the 64 MiB/s limit; goal >= 99",
-    );
-    r.put(
-        "wl_cap_error_pct",
-        k.value("wl_cap_error_pct", false),
-        "a 32 MiB/s workload under the 64 MiB/s root, 8 readers: |achieved - cap| / cap, %; goal <= 0.5",
-    );
-    r.put(
-        "wl_share_w31_pct",
-        k.value("wl_share_w31_pct", false),
-        "weights 3 and 1, 4 readers each: weight 3's % of bytes; goal 75 +- 2",
-    );
-    r.put(
-        "wl_share_w31_pct_fifo",
-        k.value("wl_share_w31_pct_fifo", false),
-        "the same through one plain throttler (first-come)",
-    );
-    r.put(
-        "wl_share_nested_pct",
-        k.value("wl_share_nested_pct", false),
-        "A (1 reader in A/q1) vs B (8 readers in B/q1..q8), equal weights: A's %; goal 50 +- 2",
-    );
-    r.put(
-        "wl_share_nested_pct_flat",
-        k.value("wl_share_nested_pct_flat", false),
-        "the same as 9 equal flat tenants of one throttler: A/q1's %",
-    );
-    r.put(
-        "wl_inflight_max",
-        k.value("wl_inflight_max", true),
-        "16 readers, max_io_requests 4 on the root: peak in flight (our counters); goal <= wl_inflight_limit",
-    );
-    r.put(
-        "wl_inflight_limit",
-        INFLIGHT_LIMIT as f64,
-        "the root's max_io_requests in that case",
-    );
-    r.put(
-        "wl_inflight_max_sysfs",
-        k.value("wl_inflight_max_sysfs", true),
-        "the same case's peak of the device's inflight (sysfs, 0.5 ms samples; counts every process's IO)",
-    );
-    r.put(
-        "wl_inflight_max_sysfs_unlimited",
-        k.value("wl_inflight_max_sysfs_unlimited", true),
-        "the same 16 readers unthrottled: the device's inflight peak",
-    );
-    r.put(
-        "wl_inflight_max_sysfs_idle",
-        k.value("wl_inflight_max_sysfs_idle", true),
-        "the device's inflight peak with none of our readers (other processes' IO)",
-    );
-    r.put(
-        "wl_write_share_pct",
-        k.value("wl_write_share_pct", false),
-        "paced buffered writes, weights 3 and 1 under 64 MiB/s: weight 3's % of bytes; goal 75 +- 2",
-    );
-    r.put(
-        "wl_write_share_pct_fifo",
-        k.value("wl_write_share_pct_fifo", false),
-        "the same through one plain throttler (first-come)",
-    );
 }
