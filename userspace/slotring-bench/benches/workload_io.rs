@@ -18,6 +18,13 @@
 //! per call (one paced piece, buffered, its writeback waited for by the
 //! engine), each over its own file.
 //!
+//! A user read's wait runs from its submit to its turn: the instant its
+//! throttle's reservation returns plus the delay it booked, when the
+//! engine's timeout lets the read go to the device (the device's time is
+//! not in it). A tree's turn that queues is taken when the user's ring
+//! polls it again, so on a loaded machine it includes the thread's
+//! wake-up; a plain throttler's is a booking the kernel's timeout ends.
+//!
 //! Each round runs our tree and the baselines one after the other; keys
 //! are medians over the rounds (the in-flight peaks: the largest). A case
 //! that cannot run writes `null` and prints why. Debugging aids:
@@ -33,17 +40,20 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use slotring_benchkit::rocksdb_limiter::{IoPriority, RocksDbRateLimiter};
-use slotring_benchkit::{DataFile, Report, disk_dir, median, percentile};
+use slotring_benchkit::{DataFile, Report, disk_dir, percentile};
 use slotring_throttle::{
     Resource, Tenant, ThrottlePtr, Throttler, WorkloadScheduler, WorkloadSpec, WorkloadTree,
 };
 use slotring_uring::{RealSyscalls, Syscalls, UringFile};
 
+use crate::keys::{KEYS, Keys, put_keys};
 use crate::run::{Group, Job, Ran, engine, read_piece, run_groups, share_pct, window};
 use crate::throttles::{RocksDbThrottle, Turns};
 
 // A bench's crate root looks for its modules beside it: they live in
 // `workload_io/`.
+#[path = "workload_io/keys.rs"]
+mod keys;
 #[path = "workload_io/run.rs"]
 mod run;
 #[path = "workload_io/throttles.rs"]
@@ -180,18 +190,21 @@ struct UserWaits {
 /// the instant it was submitted. With the tree, first a window with users
 /// idle (background's share of the limit).
 fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWaits, String> {
-    let (user, bg, keep): (ThrottlePtr, ThrottlePtr, Option<WorkloadScheduler>) = match sched {
+    let mut scheduler = None;
+    let (user, bg): (ThrottlePtr, ThrottlePtr) = match sched {
         Sched::Tree => {
             let s = tree(vec![
                 root(),
                 WorkloadSpec::new("user").parent("disk").priority(0),
                 WorkloadSpec::new("background").parent("disk").priority(1),
             ])?;
-            (leaf(&s, "user")?, leaf(&s, "background")?, Some(s))
+            let leaves = (leaf(&s, "user")?, leaf(&s, "background")?);
+            scheduler = Some(s);
+            leaves
         }
         Sched::Fifo => {
             let t = fifo()?;
-            (t.clone(), t, None)
+            (t.clone(), t)
         }
         Sched::RocksDb => {
             let l = Arc::new(RocksDbRateLimiter::new(RATE as i64));
@@ -204,7 +217,6 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
                     limiter: l,
                     pri: IoPriority::Low,
                 }),
-                None,
             )
         }
     };
@@ -216,7 +228,7 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
         side: (idle, waits_ms, hits),
         ..
     } = run_groups(Job::Read, data, &[], &groups, || {
-        let idle = keep.as_ref().map(|_| window(plan, plan.window));
+        let idle = (sched == Sched::Tree).then(|| window(plan, plan.window));
         if idle.is_none() {
             std::thread::sleep(plan.warm);
         }
@@ -224,6 +236,7 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
         let mut buf = vec![0u8; PIECE as usize];
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let (mut waits, mut hits) = (vec![], 0);
+        let trace = std::env::var_os("SLOTRING_WL_IO_TRACE").is_some();
         let t0 = Instant::now();
         let mut next = t0;
         while next.duration_since(t0) < plan.users {
@@ -233,15 +246,18 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
             }
             next += USER_EVERY;
             turns.take();
+            let queued0 = if trace { runqueue_ns() } else { 0 };
             let submit = Instant::now();
             let miss = read_piece(&mut e, data, Some(&user), &mut buf, &mut x)?;
             match turns.take() {
                 Some(turn) if miss == PIECE => {
                     let ms = turn.saturating_duration_since(submit).as_secs_f64() * 1e3;
-                    if std::env::var_os("SLOTRING_WL_IO_TRACE").is_some() && ms > 8.0 {
+                    if trace && ms > 8.0 {
                         let done = submit.elapsed().as_secs_f64() * 1e3;
+                        let runq = (runqueue_ns() - queued0) as f64 / 1e6;
                         eprintln!(
-                            "      read {}: turn after {ms:.2} ms, done after {done:.2} ms",
+                            "      read {}: turn after {ms:.2} ms, done after {done:.2} ms, \
+                             {runq:.2} ms of it runnable but not running",
                             waits.len()
                         );
                     }
@@ -253,12 +269,29 @@ fn user_waits(data: &Arc<UringFile>, sched: Sched, plan: &Plan) -> Result<UserWa
         Ok((idle, waits, hits))
     })?;
     let idle_share_pct = idle.map(|w| logs[0].rate_in(w).map(|r| 100.0 * r / RATE as f64));
-    drop(keep);
+    // The scheduler's own account of the user's queueing (from the request
+    // to its grant, without the thread's wake-up after it).
+    if let Some(c) = scheduler.and_then(|s| s.counters_of("user").ok())
+        && let Some(k) = c.wait_histogram.iter().rposition(|&n| n > 0)
+    {
+        let bound = slotring_throttle::workload::wait_bucket_bound(k)
+            .map_or("more".into(), |b| format!("{b:?}"));
+        eprintln!("    Tree: the scheduler queued the user's requests each under {bound}");
+    }
     Ok(UserWaits {
         waits_ms,
         hits,
         idle_share_pct,
     })
+}
+
+/// How long this thread has waited runnable on a run queue, ns (its
+/// `schedstat`; 0 where there is none).
+fn runqueue_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// A workload capped at 32 MiB/s under the 64 MiB/s root, alone, eight
@@ -297,20 +330,25 @@ fn cap_error(data: &Arc<UringFile>, plan: &Plan) -> Result<f64, String> {
     Ok(100.0 * (rate - CAP as f64).abs() / CAP as f64)
 }
 
+/// The leaves `w3` and `w1` (weights 3 and 1, both at priority 0) under
+/// the root; with `fifo_baseline`, one plain throttler twice.
+fn weights_3_1(fifo_baseline: bool) -> Result<(ThrottlePtr, ThrottlePtr), String> {
+    if fifo_baseline {
+        let t: ThrottlePtr = fifo()?;
+        return Ok((t.clone(), t));
+    }
+    let s = tree(vec![
+        root(),
+        WorkloadSpec::new("w3").parent("disk").weight(3),
+        WorkloadSpec::new("w1").parent("disk").weight(1),
+    ])?;
+    Ok((leaf(&s, "w3")?, leaf(&s, "w1")?))
+}
+
 /// Two saturating siblings of weights 3 and 1 (four readers each): the
 /// weight-3 one's % of the bytes; with `fifo`, both through one throttler.
 fn share_w31(data: &Arc<UringFile>, plan: &Plan, fifo_baseline: bool) -> Result<f64, String> {
-    let (a, b, _keep) = if fifo_baseline {
-        let t: ThrottlePtr = fifo()?;
-        (t.clone(), t, None)
-    } else {
-        let s = tree(vec![
-            root(),
-            WorkloadSpec::new("w3").parent("disk").weight(3),
-            WorkloadSpec::new("w1").parent("disk").weight(1),
-        ])?;
-        (leaf(&s, "w3")?, leaf(&s, "w1")?, Some(s))
-    };
+    let (a, b) = weights_3_1(fifo_baseline)?;
     let groups = [Group::new(a, 4), Group::new(b, 4)];
     let Ran { logs, side: w, .. } = run_groups(Job::Read, data, &[], &groups, || {
         Ok(window(plan, plan.window))
@@ -323,7 +361,7 @@ fn share_w31(data: &Arc<UringFile>, plan: &Plan, fifo_baseline: bool) -> Result<
 /// baseline: the nine leaves as nine equal tenants of one throttler.
 fn share_nested(data: &Arc<UringFile>, plan: &Plan, flat: bool) -> Result<f64, String> {
     let mut groups = vec![];
-    let _keep = if flat {
+    if flat {
         let t: ThrottlePtr = fifo()?;
         for q in 0..9 {
             let tenant = Tenant::new(format!("q{q}"), 1).map_err(|e| format!("tenant: {e}"))?;
@@ -333,7 +371,6 @@ fn share_nested(data: &Arc<UringFile>, plan: &Plan, flat: bool) -> Result<f64, S
                 threads: 1,
             });
         }
-        None
     } else {
         let mut specs = vec![
             root(),
@@ -347,8 +384,7 @@ fn share_nested(data: &Arc<UringFile>, plan: &Plan, flat: bool) -> Result<f64, S
         for q in 1..=8 {
             groups.push(Group::new(leaf(&s, &format!("B/q{q}"))?, 1));
         }
-        Some(s)
-    };
+    }
     let Ran { logs, side: w, .. } = run_groups(Job::Read, data, &[], &groups, || {
         Ok(window(plan, plan.window))
     })?;
@@ -469,17 +505,7 @@ fn write_share(
     plan: &Plan,
     fifo_baseline: bool,
 ) -> Result<f64, String> {
-    let (a, b, _keep) = if fifo_baseline {
-        let t: ThrottlePtr = fifo()?;
-        (t.clone(), t, None)
-    } else {
-        let s = tree(vec![
-            root(),
-            WorkloadSpec::new("w3").parent("disk").weight(3),
-            WorkloadSpec::new("w1").parent("disk").weight(1),
-        ])?;
-        (leaf(&s, "w3")?, leaf(&s, "w1")?, Some(s))
-    };
+    let (a, b) = weights_3_1(fifo_baseline)?;
     let groups = [Group::new(a, WRITERS), Group::new(b, WRITERS)];
     let files: Vec<Arc<UringFile>> = files.iter().map(|f| f.file.clone()).collect();
     // The first write of each region allocates its blocks: warm longer.
@@ -507,49 +533,7 @@ fn write_share(
 }
 
 // ---------------------------------------------------------------------------
-// The report.
-
-/// Each key's values over the rounds, or why it has none.
-#[derive(Default)]
-struct Keys(Vec<(&'static str, Result<Vec<f64>, String>)>);
-
-impl Keys {
-    fn add(&mut self, key: &'static str, v: Result<f64, String>) {
-        let i = match self.0.iter().position(|(k, _)| *k == key) {
-            Some(i) => i,
-            None => {
-                self.0.push((key, Ok(vec![])));
-                self.0.len() - 1
-            }
-        };
-        match (&mut self.0[i].1, v) {
-            (Ok(xs), Ok(x)) => xs.push(x),
-            (slot @ Ok(_), Err(e)) => *slot = Err(e),
-            (Err(_), _) => {}
-        }
-    }
-
-    /// The median over rounds (`max`: the largest), or NaN with the reason printed.
-    fn value(&mut self, key: &str, max: bool) -> f64 {
-        match self.0.iter_mut().find(|(k, _)| *k == key).map(|(_, v)| v) {
-            Some(Ok(xs)) if !xs.is_empty() => {
-                if max {
-                    xs.iter().copied().fold(f64::MIN, f64::max)
-                } else {
-                    median(xs)
-                }
-            }
-            Some(Err(e)) => {
-                eprintln!("  {key}: not measured: {e}");
-                f64::NAN
-            }
-            _ => {
-                eprintln!("  {key}: not measured: no round ran");
-                f64::NAN
-            }
-        }
-    }
-}
+// Rounds.
 
 /// The user-wait scenario under each scheduler, and background's idle share.
 fn wait_round(data: &Arc<UringFile>, plan: &Plan, k: &mut Keys) {
@@ -698,7 +682,9 @@ fn main() {
                 "  a user read's wait: from its submit to its turn, the instant its throttle's \
                  reservation returned plus the delay it booked (when the engine's timeout lets \
                  it go to the device; the device's time is not in it); reads that hit the page \
-                 cache are left out"
+                 cache are left out. A tree's turn that queues is taken when the user's ring \
+                 polls it again, so it includes the thread's wake-up; a plain throttler's \
+                 booking is the kernel's timeout, and RocksDB's the wake-up from its condvar"
             );
             for i in 0..plan.rounds {
                 eprintln!("  round {}/{}", i + 1, plan.rounds);
@@ -739,107 +725,4 @@ fn main() {
     }
     let path = r.finish().expect("write the report");
     eprintln!("wrote {}", path.display());
-}
-
-const KEYS: [&str; 15] = [
-    "wl_user_wait_p99_ms",
-    "wl_user_wait_p99_ms_fifo",
-    "wl_user_wait_p99_ms_rocksdb",
-    "wl_background_share_idle_pct",
-    "wl_cap_error_pct",
-    "wl_share_w31_pct",
-    "wl_share_w31_pct_fifo",
-    "wl_share_nested_pct",
-    "wl_share_nested_pct_flat",
-    "wl_inflight_max",
-    "wl_inflight_max_sysfs",
-    "wl_inflight_max_sysfs_unlimited",
-    "wl_inflight_max_sysfs_idle",
-    "wl_write_share_pct",
-    "wl_write_share_pct_fifo",
-];
-
-fn put_keys(r: &mut Report, k: &mut Keys) {
-    let piece_ms = PIECE as f64 / RATE as f64 * 1e3;
-    r.put(
-        "wl_user_wait_p99_ms",
-        k.value("wl_user_wait_p99_ms", false),
-        "user reads (prio 0, 256 KiB / 20 ms) beside 8 background readers (prio 1) at 64 MiB/s: submit to turn, p99 ms; goal <= piece + 2 ms and <= 0.1 x _rocksdb",
-    );
-    r.put(
-        "wl_user_wait_p99_ms_fifo",
-        k.value("wl_user_wait_p99_ms_fifo", false),
-        "the same, one plain throttler for everybody (first-come)",
-    );
-    r.put(
-        "wl_user_wait_p99_ms_rocksdb",
-        k.value("wl_user_wait_p99_ms_rocksdb", false),
-        "the same through the RocksDB limiter port (user IO_HIGH, background IO_LOW, 100 ms refills)",
-    );
-    r.put("wl_piece_ms", piece_ms, "one 256 KiB piece at 64 MiB/s, ms");
-    r.put(
-        "wl_background_share_idle_pct",
-        k.value("wl_background_share_idle_pct", false),
-        "background's rate with users idle, % of the 64 MiB/s limit; goal >= 99",
-    );
-    r.put(
-        "wl_cap_error_pct",
-        k.value("wl_cap_error_pct", false),
-        "a 32 MiB/s workload under the 64 MiB/s root, 8 readers: |achieved - cap| / cap, %; goal <= 0.5",
-    );
-    r.put(
-        "wl_share_w31_pct",
-        k.value("wl_share_w31_pct", false),
-        "weights 3 and 1, 4 readers each: weight 3's % of bytes; goal 75 +- 2",
-    );
-    r.put(
-        "wl_share_w31_pct_fifo",
-        k.value("wl_share_w31_pct_fifo", false),
-        "the same through one plain throttler (first-come)",
-    );
-    r.put(
-        "wl_share_nested_pct",
-        k.value("wl_share_nested_pct", false),
-        "A (1 reader in A/q1) vs B (8 readers in B/q1..q8), equal weights: A's %; goal 50 +- 2",
-    );
-    r.put(
-        "wl_share_nested_pct_flat",
-        k.value("wl_share_nested_pct_flat", false),
-        "the same as 9 equal flat tenants of one throttler: A/q1's %",
-    );
-    r.put(
-        "wl_inflight_max",
-        k.value("wl_inflight_max", true),
-        "16 readers, max_io_requests 4 on the root: peak in flight (our counters); goal <= wl_inflight_limit",
-    );
-    r.put(
-        "wl_inflight_limit",
-        INFLIGHT_LIMIT as f64,
-        "the root's max_io_requests in that case",
-    );
-    r.put(
-        "wl_inflight_max_sysfs",
-        k.value("wl_inflight_max_sysfs", true),
-        "the same case's peak of the device's inflight (sysfs, 0.5 ms samples; counts every process's IO)",
-    );
-    r.put(
-        "wl_inflight_max_sysfs_unlimited",
-        k.value("wl_inflight_max_sysfs_unlimited", true),
-        "the same 16 readers unthrottled: the device's inflight peak",
-    );
-    r.put(
-        "wl_inflight_max_sysfs_idle",
-        k.value("wl_inflight_max_sysfs_idle", true),
-        "the device's inflight peak with none of our readers (other processes' IO)",
-    );
-    r.put(
-        "wl_write_share_pct",
-        k.value("wl_write_share_pct", false),
-        "paced buffered writes, weights 3 and 1 under 64 MiB/s: weight 3's % of bytes; goal 75 +- 2",
-    );
-    r.put(
-        "wl_write_share_pct_fifo",
-        k.value("wl_write_share_pct_fifo", false),
-        "the same through one plain throttler (first-come)",
-    );
 }
