@@ -19,7 +19,7 @@ pub const BETWEEN_SLEEPS_FRACTION: f64 = 0.02;
 /// unpark.
 pub const POST_WAKE_BOUND: Duration = Duration::from_micros(45);
 /// Plus this fraction of the sleep before the post-wake segment.
-pub const POST_WAKE_FRACTION: f64 = 0.005;
+pub const POST_WAKE_FRACTION: f64 = 0.015;
 /// Hot episodes a thread may have whatever its number of episodes.
 pub const TOLERATED_HOT_EPISODES: u64 = 2;
 /// Plus this fraction of its episodes.
