@@ -52,9 +52,18 @@ impl Request {
         }
         let wl = &self.workload;
         let sched = &wl.inner.sched;
-        let id = match self.state {
+        let (mut st, mut wake, id, now) = match self.state {
             RequestState::Done => panic!("a workload request polled after it was ready"),
-            RequestState::Queued(id) => id,
+            RequestState::Queued(id) => {
+                let mut wake = Wakes::default();
+                let mut st = lock(&sched.state);
+                let now = sched.now();
+                // Already dispatched (the usual wake-up): nothing to pull.
+                if matches!(st.slots.get(&id), Some(Slot::Queued { .. })) {
+                    Shared::pump(&mut st, now, &mut wake);
+                }
+                (st, wake, id, now)
+            }
             RequestState::Idle => {
                 let mut wake = Wakes::default();
                 let mut st = lock(&sched.state);
@@ -77,28 +86,9 @@ impl Request {
                 st.tree.push(leaf, id, self.cost, now);
                 Shared::pump(&mut st, now, &mut wake);
                 self.state = RequestState::Queued(id);
-                let r = settle(
-                    wl,
-                    &mut self.state,
-                    &mut self.retry_in_ns,
-                    &mut st,
-                    id,
-                    now,
-                    cx,
-                    &mut wake,
-                );
-                drop(st);
-                wake.wake();
-                return r;
+                (st, wake, id, now)
             }
         };
-        let mut wake = Wakes::default();
-        let mut st = lock(&sched.state);
-        let now = sched.now();
-        // Already dispatched (the usual wake-up): nothing to pull.
-        if matches!(st.slots.get(&id), Some(Slot::Queued { .. })) {
-            Shared::pump(&mut st, now, &mut wake);
-        }
         let r = settle(
             wl,
             &mut self.state,
