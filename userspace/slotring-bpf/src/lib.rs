@@ -54,8 +54,8 @@ pub use loader::{
 };
 pub use verify::{
     BETWEEN_SLEEPS_FRACTION, EpisodeFigures, Histograms, POST_WAKE_BOUND, POST_WAKE_FRACTION,
-    PRE_SLEEP_BOUND, ParkedWindow, Reading, Segments, TOLERATED_EXCESS_FRACTION,
-    TOLERATED_HOT_EPISODES, TOLERATED_HOT_FRACTION, ThreadReport, Verdict, VerificationReport,
-    VerifyConfig, WINDOW_HEADER, describe_hot, describe_rule, describe_segments, hot_names,
-    open_episode, write_failing, write_window_row,
+    PRE_SLEEP_BOUND, ParkedWindow, Reading, Segments, TOLERATED_EXCESS_FLOOR,
+    TOLERATED_EXCESS_FRACTION, TOLERATED_HOT_EPISODES, TOLERATED_HOT_FRACTION, ThreadReport,
+    Verdict, VerificationReport, VerifyConfig, WINDOW_HEADER, describe_hot, describe_rule,
+    describe_segments, hot_names, open_episode, write_failing, write_window_row,
 };

@@ -473,6 +473,7 @@ fn cmd_verify(args: &VerifyArgs, stop: &AtomicBool) -> Result<u8> {
         tolerated_hot_episodes: args.tolerated_hot_episodes,
         tolerated_hot_fraction: args.tolerated_hot_fraction,
         tolerated_excess_fraction: args.tolerated_excess_fraction,
+        ..slotring::bpf::VerifyConfig::default()
     };
     eprintln!(
         "slotring verify: watching {} threads of process {pid} for {window:?}",

@@ -267,6 +267,7 @@ mod tests {
             tolerated_hot_episodes: 2,
             tolerated_hot_fraction: 0.05,
             tolerated_excess_fraction: 1.0,
+            ..VerifyConfig::default()
         };
         let before = reading(
             vec![thread(1, 0, 0, 0), thread(2, 0, 0, 0), thread(3, 0, 0, 0)],

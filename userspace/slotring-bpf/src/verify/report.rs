@@ -126,14 +126,15 @@ pub fn describe_rule(rule: &EpisodeRule, cfg: &VerifyConfig) -> String {
         "an episode is hot when on CPU > {:.0} us before its first sleep, > {:.2}% of its wait \
          between sleeps, or > {:.0} us + {:.2}% of the sleep before it after the wake; a thread \
          fails with more than {} + {:.2}% of its episodes hot, or more than {:.2}% of its parked \
-         time on CPU above those bounds",
+         time (at least {:.0} us) on CPU above those bounds",
         us(rule.pre_sleep_ns),
         rule.between_ppm as f64 / 1e4,
         us(rule.post_wake_ns),
         rule.post_wake_ppm as f64 / 1e4,
         cfg.tolerated_hot_episodes,
         cfg.tolerated_hot_fraction * 100.0,
-        cfg.tolerated_excess_fraction * 100.0
+        cfg.tolerated_excess_fraction * 100.0,
+        cfg.tolerated_excess_floor.as_secs_f64() * 1e6
     )
 }
 

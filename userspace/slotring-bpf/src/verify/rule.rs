@@ -27,6 +27,9 @@ pub const TOLERATED_HOT_FRACTION: f64 = 0.1;
 /// The on-CPU time its hot episodes may spend above their bounds, as a
 /// fraction of its parked time.
 pub const TOLERATED_EXCESS_FRACTION: f64 = 0.01;
+/// ... and at least this much, whatever its parked time: the excess of the
+/// outliers the count tolerates in a thread that parks only a few times.
+pub const TOLERATED_EXCESS_FLOOR: Duration = Duration::from_millis(1);
 
 const PPM: f64 = 1e6;
 
@@ -167,6 +170,8 @@ pub struct VerifyConfig {
     /// fraction of its parked time, in [0, 1] (default
     /// [`TOLERATED_EXCESS_FRACTION`]).
     pub tolerated_excess_fraction: f64,
+    /// ... and at least this much (default [`TOLERATED_EXCESS_FLOOR`]).
+    pub tolerated_excess_floor: Duration,
 }
 
 impl Default for VerifyConfig {
@@ -175,6 +180,7 @@ impl Default for VerifyConfig {
             tolerated_hot_episodes: TOLERATED_HOT_EPISODES,
             tolerated_hot_fraction: TOLERATED_HOT_FRACTION,
             tolerated_excess_fraction: TOLERATED_EXCESS_FRACTION,
+            tolerated_excess_floor: TOLERATED_EXCESS_FLOOR,
         }
     }
 }
@@ -197,9 +203,10 @@ impl VerifyConfig {
     }
 
     /// On-CPU ns above the bounds tolerated for a thread parked
-    /// `parked_ns`.
+    /// `parked_ns`: the fraction of it, and at least the floor.
     pub fn tolerated_excess_ns(&self, parked_ns: u64) -> u64 {
-        (self.tolerated_excess_fraction * parked_ns as f64).floor() as u64
+        let floor = u64::try_from(self.tolerated_excess_floor.as_nanos()).unwrap_or(u64::MAX);
+        ((self.tolerated_excess_fraction * parked_ns as f64).floor() as u64).max(floor)
     }
 }
 

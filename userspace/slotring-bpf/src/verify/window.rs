@@ -269,6 +269,7 @@ mod tests {
             tolerated_hot_episodes: 2,
             tolerated_hot_fraction: 0.01,
             tolerated_excess_fraction: 1.0,
+            ..VerifyConfig::default()
         };
         assert_eq!(c.tolerated(0), 2);
         assert_eq!(c.tolerated(99), 2);
@@ -372,6 +373,45 @@ mod tests {
             (10, 0, true)
         );
         assert_eq!((w.parks, w.parked_ns), (10, 200_000_000));
+    }
+
+    #[test]
+    fn a_thread_that_parks_a_few_times_has_the_excess_floor() {
+        let rule = EpisodeRule::default_rule();
+        let cfg = VerifyConfig::default();
+        let us = 1_000;
+        // One park of 7.6 ms whose pre-sleep segment was an outlier of
+        // 157 µs: 107 µs over its bound, more than 1 % of 7.6 ms (76 µs).
+        let mut lease = LeaseSlot::default();
+        lease.clk[0].parks = 1;
+        lease.clk[0].state_ns[P] = 7_600 * us;
+        let mut a = ThreadAcct {
+            episodes: 1,
+            hot_episodes: 1,
+            hot_pre_sleep: 1,
+            hot_excess_ns: 107 * us,
+            ..ThreadAcct::default()
+        };
+        let read = |a: &ThreadAcct| {
+            ParkedWindow::between(
+                None,
+                Reading {
+                    lease: &lease,
+                    acct: a,
+                    now_ns: 0,
+                },
+                &rule,
+                &cfg,
+            )
+        };
+        let w = read(&a);
+        assert_eq!(w.tolerated_excess_ns, 1_000 * us, "the floor, not 76 µs");
+        assert!(w.pass, "{w:?}");
+        // Spun through (7.5 ms over the bound): over the floor.
+        a.hot_excess_ns = 7_500 * us;
+        assert!(!read(&a).pass);
+        // The floor is the least: 1 % of a long parked time is more.
+        assert_eq!(cfg.tolerated_excess_ns(1_000_000 * us), 10_000 * us);
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub struct RuleReport {
     /// On-CPU time above the bounds a thread may spend, % of its parked
     /// time (`TOLERATED_EXCESS_FRACTION`).
     pub tolerated_excess_pct: f64,
+    /// ... and at least this many µs (`TOLERATED_EXCESS_FLOOR`).
+    pub tolerated_excess_floor_us: f64,
 }
 
 impl RuleReport {
@@ -88,6 +90,7 @@ impl RuleReport {
             tolerated_hot_episodes: cfg.tolerated_hot_episodes,
             tolerated_hot_pct: cfg.tolerated_hot_fraction * 100.0,
             tolerated_excess_pct: cfg.tolerated_excess_fraction * 100.0,
+            tolerated_excess_floor_us: cfg.tolerated_excess_floor.as_secs_f64() * 1e6,
         }
     }
 }
@@ -96,14 +99,15 @@ impl fmt::Display for RuleReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "an episode is hot when on CPU > {:.0} us before its first sleep (PRE_SLEEP_BOUND), > {:.2}% of its wait between sleeps (BETWEEN_SLEEPS_FRACTION), or > {:.0} us (POST_WAKE_BOUND) + {:.2}% of the sleep before it (POST_WAKE_FRACTION) after the wake; a thread fails with more than {} (TOLERATED_HOT_EPISODES) + {:.2}% (TOLERATED_HOT_FRACTION) of its episodes hot, or more than {:.2}% (TOLERATED_EXCESS_FRACTION) of its parked time on CPU above those bounds",
+            "an episode is hot when on CPU > {:.0} us before its first sleep (PRE_SLEEP_BOUND), > {:.2}% of its wait between sleeps (BETWEEN_SLEEPS_FRACTION), or > {:.0} us (POST_WAKE_BOUND) + {:.2}% of the sleep before it (POST_WAKE_FRACTION) after the wake; a thread fails with more than {} (TOLERATED_HOT_EPISODES) + {:.2}% (TOLERATED_HOT_FRACTION) of its episodes hot, or more than {:.2}% (TOLERATED_EXCESS_FRACTION) of its parked time, at least {:.0} us (TOLERATED_EXCESS_FLOOR), on CPU above those bounds",
             self.pre_sleep_us,
             self.between_sleeps_pct_of_wait,
             self.post_wake_us,
             self.post_wake_pct_of_sleep,
             self.tolerated_hot_episodes,
             self.tolerated_hot_pct,
-            self.tolerated_excess_pct
+            self.tolerated_excess_pct,
+            self.tolerated_excess_floor_us
         )
     }
 }
