@@ -375,6 +375,25 @@ mod tests {
         assert_eq!((w.parks, w.parked_ns), (10, 200_000_000));
     }
 
+    /// The window from registration to `a`, read at time 0.
+    fn read_whole(
+        lease: &LeaseSlot,
+        a: &ThreadAcct,
+        rule: &EpisodeRule,
+        cfg: &VerifyConfig,
+    ) -> ParkedWindow {
+        ParkedWindow::between(
+            None,
+            Reading {
+                lease,
+                acct: a,
+                now_ns: 0,
+            },
+            rule,
+            cfg,
+        )
+    }
+
     #[test]
     fn a_thread_that_parks_a_few_times_has_the_excess_floor() {
         let rule = EpisodeRule::default_rule();
@@ -392,18 +411,7 @@ mod tests {
             hot_excess_ns: 107 * us,
             ..ThreadAcct::default()
         };
-        let read = |a: &ThreadAcct| {
-            ParkedWindow::between(
-                None,
-                Reading {
-                    lease: &lease,
-                    acct: a,
-                    now_ns: 0,
-                },
-                &rule,
-                &cfg,
-            )
-        };
+        let read = |a: &ThreadAcct| read_whole(&lease, a, &rule, &cfg);
         let w = read(&a);
         assert_eq!(w.tolerated_excess_ns, 1_000 * us, "the floor, not 76 µs");
         assert!(w.pass, "{w:?}");
@@ -432,18 +440,7 @@ mod tests {
             hot_excess_ns: spun,
             ..ThreadAcct::default()
         };
-        let read = |a: &ThreadAcct| {
-            ParkedWindow::between(
-                None,
-                Reading {
-                    lease: &lease,
-                    acct: a,
-                    now_ns: 0,
-                },
-                &rule,
-                &cfg,
-            )
-        };
+        let read = |a: &ThreadAcct| read_whole(&lease, a, &rule, &cfg);
         let w = read(&a);
         assert!(
             w.hot_episodes() <= w.tolerated,
