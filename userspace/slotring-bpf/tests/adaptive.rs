@@ -266,11 +266,17 @@ fn budget_falls_under_a_cpu_hog_and_recovers() {
     let during = budgets(hog_from);
     let _ = h.kill();
     let _ = h.wait();
-    // Its workers die with it (stress-ng's parent-death signal).
+    // Its workers die with it (stress-ng's parent-death signal). A dead
+    // worker may stay a zombie until this machine's init reaps it: it no
+    // longer runs, so it counts as gone.
     let gone = wait_until(Duration::from_secs(5), || {
-        workers_of_hog
-            .iter()
-            .all(|p| !PathBuf::from(format!("/proc/{p}")).exists())
+        workers_of_hog.iter().all(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).map_or(true, |st| {
+                st.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    .is_some_and(|state| state == "Z" || state == "X")
+            })
+        })
     });
     // After it: above the floor again within 3 s.
     let stop_from = ab.history().len();

@@ -210,8 +210,10 @@ fn every_park_is_one_sample_in_the_episode_histograms() {
     assert_eq!(r.hists.pre_sleep.total(), 150, "{r}");
     assert_eq!(r.hists.post_wake.total(), 50, "the sleeper's parks: {r}");
     assert_eq!(r.hists.between_sleeps.total(), 0, "{r}");
-    // The quick parks are free: a few stores each, none hot.
-    assert_eq!(r.verdict, Verdict::Pass, "{r}");
+    // The quick parks are free: a few stores each, none hot. (Whether the
+    // sleeper passes is the honest sleepers' test.)
+    let quick = &r.threads[1].parked;
+    assert!(quick.pass && quick.hot_episodes() == 0, "{r}");
 }
 
 #[test]
