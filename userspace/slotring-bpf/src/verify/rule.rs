@@ -232,14 +232,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn each_segment_has_its_own_bound_and_none_is_per_park() {
-        let r = EpisodeRule {
+    /// Round bounds for exact arithmetic: 30 µs before the sleep, 1 % of
+    /// the wait between sleeps, 30 µs + 0.5 % of the sleep after the wake.
+    fn test_rule() -> EpisodeRule {
+        EpisodeRule {
             pre_sleep_ns: 30_000,
             between_ppm: 10_000,
             post_wake_ns: 30_000,
             post_wake_ppm: 5_000,
-        };
+        }
+    }
+
+    #[test]
+    fn each_segment_has_its_own_bound_and_none_is_per_park() {
+        let r = test_rule();
         let ms = 1_000_000;
         // An honest 20 ms sleep: a few us each side.
         assert_eq!(r.judge(&figures(5_000, 0, 8_000, 1, 20 * ms, 20 * ms)), 0);
@@ -287,12 +293,7 @@ mod tests {
 
     #[test]
     fn the_excess_is_what_each_hot_segment_spent_above_its_bound() {
-        let r = EpisodeRule {
-            pre_sleep_ns: 30_000,
-            between_ppm: 10_000,
-            post_wake_ns: 30_000,
-            post_wake_ppm: 5_000,
-        };
+        let r = test_rule();
         let ms = 1_000_000;
         assert_eq!(r.excess(&figures(5_000, 0, 8_000, 1, 20 * ms, 20 * ms)), 0);
         // 1 ms before the sleep: 970 us above its 30 us.
