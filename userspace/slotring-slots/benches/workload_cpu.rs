@@ -22,8 +22,15 @@
 //!   [`SHORT_EVERY`] in workload `short` at priority 0, its latency from
 //!   the allocation to the drop, beside four threads per core of 1 ms
 //!   tasks in workload `bg` at priority 1 that keep every slot taken;
-//!   p99 over [`SHORT_RUN`]. `wl_cpu_short_p99_ms_flat` is the same with no
-//!   tree (every allocation plain, `max_min_fair`: the baseline), and
+//!   p99 over [`SHORT_RUN`]. A background task checks
+//!   `AcquiredSlot::should_yield` after every [`CHECKPOINT_EVERY`] of its
+//!   work, as a CPU-bound holder does between units of work, and when told
+//!   to, releases its slot and waits for it again: the tree preempts it
+//!   while a short query waits (`wl_cpu_preemptions_per_s`).
+//!   `wl_cpu_short_p99_ms_no_checkpoint` is the same with background tasks
+//!   that never check (a slot then goes back only at a task's end),
+//!   `wl_cpu_short_p99_ms_flat` the same with no tree (every allocation
+//!   plain, `max_min_fair`: the baseline; its checks never say yes), and
 //!   `wl_cpu_short_p99_ms_alone` the short queries in the tree with no
 //!   background. `wl_cpu_short_wait_p99_ms` (`_flat`) is the p99 of the
 //!   part of each latency spent waiting for a slot (the allocation to
@@ -34,9 +41,9 @@
 //!
 //! The short queries also compete with the background threads for the
 //! cores in the kernel: with every slot taken, a short query waits for a
-//! slot's release (a 1 ms task ending), then runs while the other slots'
-//! threads run too; the tree's priority bounds the first wait, the
-//! scheduler cannot shorten the task it waits for.
+//! slot's release (the next checkpoint of a preempted task, or without
+//! checkpoints a 1 ms task ending), then runs while the other slots'
+//! threads run too.
 //!
 //! Each of [`ROUNDS`] rounds runs the share, then the short queries in the
 //! tree, flat and alone (alternating, so that the machine's load falls on
@@ -62,6 +69,8 @@ const UNIT: Duration = Duration::from_millis(1);
 const SHORT_WORK: Duration = Duration::from_micros(500);
 /// A short query's period.
 const SHORT_EVERY: Duration = Duration::from_millis(10);
+/// A background task's work between two checks of `should_yield`.
+const CHECKPOINT_EVERY: Duration = Duration::from_micros(50);
 
 /// Spin `iters` iterations of a dependent multiply-add.
 fn spin(iters: u64) {
@@ -114,6 +123,36 @@ fn task(cc: &ConcurrencyControl, workload: Option<&str>, iters: u64) -> (Instant
     let slot = a.acquire().expect("a slot of a live allocation");
     let got = Instant::now();
     spin(iters);
+    drop(slot);
+    (got, Instant::now())
+}
+
+/// One background task: as [`task`], checking `should_yield` after every
+/// `chunk` iterations (with `chunk` 0: never); told to yield, it releases
+/// the slot and waits for it again. Returns when the slot was first
+/// acquired and when the task's work was done.
+fn checkpointed_task(
+    cc: &ConcurrencyControl,
+    workload: Option<&str>,
+    iters: u64,
+    chunk: u64,
+) -> (Instant, Instant) {
+    if chunk == 0 {
+        return task(cc, workload, iters);
+    }
+    let a = allocate(cc, workload);
+    let mut slot = a.acquire().expect("a slot of a live allocation");
+    let got = Instant::now();
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(chunk);
+        spin(n);
+        left -= n;
+        if left > 0 && slot.should_yield() {
+            drop(slot);
+            slot = a.acquire().expect("the preempted allocation's slot back");
+        }
+    }
     drop(slot);
     (got, Instant::now())
 }
@@ -185,8 +224,11 @@ fn share_round(cores: u64, unit: u64) -> (f64, f64) {
 /// How the short queries run.
 #[derive(Clone, Copy, Debug)]
 enum Mode {
-    /// In `short` (priority 0), beside `bg` (priority 1).
+    /// In `short` (priority 0), beside `bg` (priority 1), whose tasks
+    /// check `should_yield`.
     Tree,
+    /// As `Tree`, with background tasks that never check.
+    TreeNoCheckpoint,
     /// No tree: short and background allocations plain, `max_min_fair`.
     Flat,
     /// In the tree, with no background.
@@ -202,10 +244,12 @@ struct ShortRun {
     /// Each background task's slot hold (acquire's return to the drop):
     /// how far the kernel stretched the 1 ms tasks the queries wait for.
     bg_held: Vec<f64>,
+    /// Preemptions of the background per second of the run.
+    preemptions_per_s: f64,
 }
 
 /// One run of short queries beside (or without) the background.
-fn short_round(mode: Mode, cores: u64, unit: u64, short: u64) -> ShortRun {
+fn short_round(mode: Mode, cores: u64, unit: u64, short: u64, chunk: u64) -> ShortRun {
     let tree = || {
         Some(vec![
             WorkloadSpec::new("short").priority(0),
@@ -213,9 +257,15 @@ fn short_round(mode: Mode, cores: u64, unit: u64, short: u64) -> ShortRun {
         ])
     };
     let (cc, short_in, bg_in, bg_threads) = match mode {
-        Mode::Tree => (control(cores, tree()), Some("short"), Some("bg"), 4 * cores),
+        Mode::Tree | Mode::TreeNoCheckpoint => {
+            (control(cores, tree()), Some("short"), Some("bg"), 4 * cores)
+        }
         Mode::Flat => (control(cores, None), None, None, 4 * cores),
         Mode::Alone => (control(cores, tree()), Some("short"), None, 0),
+    };
+    let chunk = match mode {
+        Mode::TreeNoCheckpoint => 0,
+        _ => chunk,
     };
     let stop = AtomicBool::new(false);
     let (mut lat, mut wait) = (Vec::new(), Vec::new());
@@ -227,7 +277,7 @@ fn short_round(mode: Mode, cores: u64, unit: u64, short: u64) -> ShortRun {
                 s.spawn(move || {
                     let mut held = Vec::new();
                     while !stop.load(Ordering::Relaxed) {
-                        let (got, done) = task(cc, bg_in, unit);
+                        let (got, done) = checkpointed_task(cc, bg_in, unit, chunk);
                         held.push((done - got).as_secs_f64() * 1e3);
                     }
                     held
@@ -251,14 +301,26 @@ fn short_round(mode: Mode, cores: u64, unit: u64, short: u64) -> ShortRun {
             bg_held.extend(t.join().expect("a background thread"));
         }
     });
+    let mut preemptions_per_s = 0.0;
     if short_in.is_some() {
         assert_eq!(
             grants(&cc, "short"),
             lat.len() as u64,
             "every short query was granted through its workload"
         );
+        let bg = cc.workloads().into_iter().find(|w| w.name == "bg");
+        let preempted = bg.map_or(0, |w| w.preemptions);
+        if chunk == 0 {
+            assert_eq!(preempted, 0, "a task that never checks is never preempted");
+        }
+        preemptions_per_s = preempted as f64 / SHORT_RUN.as_secs_f64();
     }
-    ShortRun { lat, wait, bg_held }
+    ShortRun {
+        lat,
+        wait,
+        bg_held,
+        preemptions_per_s,
+    }
 }
 
 /// One mode's per-round numbers, ms.
@@ -271,12 +333,15 @@ struct Short {
     bg_held_p99: Vec<f64>,
     /// The last round's background hold, max (for the log).
     bg_held_max: f64,
+    /// Preemptions per second, per round.
+    preemptions_per_s: Vec<f64>,
 }
 
 impl Short {
     /// Run a round of `mode` and record it.
-    fn round(&mut self, mode: Mode, cores: u64, unit: u64, short: u64) {
-        let mut run = short_round(mode, cores, unit, short);
+    fn round(&mut self, mode: Mode, cores: u64, unit: u64, short: u64, chunk: u64) {
+        let mut run = short_round(mode, cores, unit, short, chunk);
+        self.preemptions_per_s.push(run.preemptions_per_s);
         self.p99.push(percentile(&mut run.lat, 99.0));
         self.p50.push(median(&mut run.lat));
         self.wait_p99.push(percentile(&mut run.wait, 99.0));
@@ -295,10 +360,11 @@ impl Short {
             ),
         };
         format!(
-            "p99 {:.3} p50 {:.3} wait p99 {:.3}{bg}",
+            "p99 {:.3} p50 {:.3} wait p99 {:.3}{bg} preemptions/s {:.0}",
             l(&self.p99),
             l(&self.p50),
             l(&self.wait_p99),
+            l(&self.preemptions_per_s),
         )
     }
 }
@@ -308,21 +374,25 @@ fn main() {
     let per_ns = calibrate();
     let unit = iters_for(per_ns, UNIT);
     let short = iters_for(per_ns, SHORT_WORK);
+    let chunk = iters_for(per_ns, CHECKPOINT_EVERY).max(1);
     eprintln!(
-        "workload_cpu: {cores} cores, budget {cores}; {unit} iterations per 1 ms task, {short} per short query"
+        "workload_cpu: {cores} cores, budget {cores}; {unit} iterations per 1 ms task, {short} per short query, a check every {chunk}"
     );
     let (mut share, mut ratio) = (vec![], vec![]);
     let (mut tree, mut flat, mut alone) = (Short::default(), Short::default(), Short::default());
+    let mut unchecked = Short::default();
     for round in 0..ROUNDS {
         let (s, g) = share_round(cores, unit);
         share.push(s);
         ratio.push(g);
-        tree.round(Mode::Tree, cores, unit, short);
-        flat.round(Mode::Flat, cores, unit, short);
-        alone.round(Mode::Alone, cores, unit, short);
+        tree.round(Mode::Tree, cores, unit, short, chunk);
+        unchecked.round(Mode::TreeNoCheckpoint, cores, unit, short, chunk);
+        flat.round(Mode::Flat, cores, unit, short, chunk);
+        alone.round(Mode::Alone, cores, unit, short, chunk);
         eprintln!(
-            "  round {round}: share {s:.1} %, grants {g:.3}; short ms: tree {}; flat {}; alone {}",
+            "  round {round}: share {s:.1} %, grants {g:.3}; short ms: tree {}; no checks {}; flat {}; alone {}",
             tree.last(),
+            unchecked.last(),
             flat.last(),
             alone.last()
         );
@@ -343,7 +413,17 @@ fn main() {
     r.put(
         "wl_cpu_short_p99_ms",
         tree_p99,
-        "ms; 0.5 ms queries at priority 0 beside 1 ms tasks at 1 saturating the budget",
+        "ms; 0.5 ms queries at priority 0 beside 1 ms tasks at 1 saturating the budget, checking should_yield every 50 us",
+    );
+    r.put(
+        "wl_cpu_short_p99_ms_no_checkpoint",
+        median(&mut unchecked.p99),
+        "ms; the same beside background tasks that never check should_yield",
+    );
+    r.put(
+        "wl_cpu_preemptions_per_s",
+        median(&mut tree.preemptions_per_s),
+        "background slots preempted for the short queries, per s",
     );
     r.put(
         "wl_cpu_short_p99_ms_alone",

@@ -9,6 +9,8 @@
 //! Both sit below the lease machinery (`lease.rs`) and the slot type
 //! (`slot.rs`), which only move a `SlotState` around.
 
+use std::time::Instant;
+
 use slotring_throttle::LeaseState;
 
 use crate::scheduler_state::{
@@ -70,6 +72,9 @@ pub(crate) struct SlotState {
     /// The allocation's tenant: throttlers charge a thread's IO to it while
     /// this slot is the thread's current lease.
     pub(crate) tenant: Option<slotring_throttle::Tenant>,
+    /// Since when it counts in its workload's slot time (a competing,
+    /// unparked slot of an allocation in a workload tree).
+    counting_since: Option<Instant>,
 }
 
 impl SlotState {
@@ -78,13 +83,29 @@ impl SlotState {
         alloc: Option<Arc<AllocShared>>,
         competing: bool,
     ) -> Self {
+        let counting_since =
+            (competing && alloc.as_ref().is_some_and(|a| a.workload.is_some())).then(Instant::now);
         Self {
             shared,
             alloc,
             competing,
             parked: false,
             tenant: None,
+            counting_since,
         }
+    }
+
+    /// Add the time since `counting_since` to its workload's slot time
+    /// (a statistic: `Relaxed`), and stop counting.
+    fn stop_counting(&mut self) {
+        let (Some(since), Some(w)) = (
+            self.counting_since.take(),
+            self.alloc.as_ref().and_then(|a| a.workload.as_ref()),
+        ) else {
+            return;
+        };
+        let ns = u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        w.slot_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
     pub(crate) fn park(&mut self) -> bool {
@@ -96,6 +117,7 @@ impl SlotState {
         }
         shared.lock().park(self.alloc.as_ref(), self.competing);
         self.parked = true;
+        self.stop_counting();
         true
     }
 
@@ -106,6 +128,9 @@ impl SlotState {
         }
         shared.lock().unpark(self.alloc.as_ref(), self.competing);
         self.parked = false;
+        if self.competing && self.alloc.as_ref().is_some_and(|a| a.workload.is_some()) {
+            self.counting_since = Some(Instant::now());
+        }
     }
 
     pub(crate) fn lease_state(&self) -> LeaseState {
@@ -124,6 +149,7 @@ impl Drop for SlotState {
         let Some(shared) = self.shared.take() else {
             return;
         };
+        self.stop_counting();
         if let (true, false, Some(a)) = (self.competing, self.parked, &self.alloc) {
             match release_lock_free(&shared.gauges, &shared.yield_needed, a) {
                 LockFreeRelease::Done => return,

@@ -70,7 +70,9 @@ impl AcquiredSlot {
     /// promise: release this slot (drop it) at once and wait for a grant
     /// like any other (`Allocation::acquire`); the allocation asks for the
     /// slot again. Exactly as many holders are told to yield as the budget
-    /// is exceeded by.
+    /// is exceeded by. With a workload tree it is also true, for one holder
+    /// at a time, while a waiting allocation's workload outranks this
+    /// slot's by priority (the `workloads` module's preemption).
     ///
     /// Cheap: one `Relaxed` atomic load while nothing needs to yield; the
     /// state mutex only while yields are wanted. Always false for

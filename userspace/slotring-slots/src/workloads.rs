@@ -38,6 +38,25 @@
 //!   workload for its threads' past lengths with no lever to correct
 //!   them, and it would put a clock read on every release. The holdings
 //!   themselves are bounded exactly by `max_concurrent_threads`.
+//! * **Preemption by priority.** A grant cannot be taken back, but a
+//!   holder that checks [`AcquiredSlot::should_yield`](crate::AcquiredSlot::should_yield)
+//!   between units of work is told to release its slot while a waiting
+//!   allocation **outranks** its workload: at some node of its path a
+//!   sibling branch of strictly lower priority value has a waiting
+//!   allocation with room on its own side, so that the slot the holder
+//!   frees (from the global budget, or from a cap the two share) would be
+//!   granted there. One preemption is wanted at a time, and only while no
+//!   other yield is owed or wanted and no slot is borrowed on the shared
+//!   part of the path (a release there repays the borrow and frees
+//!   nothing); the freed slot goes to the best waiter by the grant rule,
+//!   the preempted allocation asks for it again, and the next preemption
+//!   is wanted once that grant is made. Weights never preempt: within one
+//!   priority the grant is the only lever, as above. Hence a priority-0
+//!   query waits for the next checkpoint of one lower-priority holder,
+//!   not for the end of its work (ClickHouse's CPU-slot preemption renews
+//!   every lease each quantum; here only an outranked holder is asked, so
+//!   a holder nobody outranks never pays a release and a re-grant).
+//!   `WorkloadSlots::preemptions` counts the yields promised.
 //! * **Parking.** A parked slot stops counting against every workload on
 //!   its path, so its capacity can go to a waiter below a capped node. An
 //!   unpark never waits: on each node of the path it either fits (`held <
@@ -69,7 +88,10 @@
 //! since a live change cannot move a workload);
 //! see the `scheduler_state::lock_free` module for why no waiter is
 //! stranded. A node's borrowed count is read as `min(borrowed, held −
-//! max)`, so such a release repays a borrow with no lock either.
+//! max)`, so such a release repays a borrow with no lock either. Slot
+//! time is a statistic: a slot adds its counted time to its leaf's
+//! `slot_ns` (`Relaxed`) when it parks or is released, and a snapshot sums
+//! the leaves up the tree.
 
 use std::collections::HashMap;
 
@@ -102,6 +124,9 @@ pub(crate) struct WorkloadRef {
     pub(crate) released: AtomicU64,
     /// Its node's index in the current tree (written under the state mutex).
     index: AtomicU64,
+    /// Nanoseconds its allocations' competing slots counted here (a leaf's
+    /// own; a statistic, `Relaxed`), added when a slot parks or is released.
+    pub(crate) slot_ns: AtomicU64,
 }
 
 impl WorkloadRef {
@@ -150,6 +175,14 @@ pub struct WorkloadSlots {
     pub grants: u64,
     /// Unparks that borrowed on it, in total.
     pub borrows: u64,
+    /// Yields its holders promised because a waiting workload outranked
+    /// it (the priority preemption of the module docs), in total.
+    pub preemptions: u64,
+    /// Slot time: nanoseconds that competing slots of the allocations
+    /// below it (at every level) counted against it, unparked, in total.
+    /// A slot's time is added when it parks or is released, so a slot held
+    /// now is not in it yet.
+    pub slot_ns: u64,
 }
 
 #[derive(Debug)]
@@ -173,6 +206,7 @@ struct Node {
     levels: Vec<(i64, u128)>,
     grants: u64,
     borrows: u64,
+    preemptions: u64,
 }
 
 impl Node {
@@ -218,6 +252,15 @@ pub(crate) struct SlotTree {
     index: HashMap<String, usize>,
     /// Scratch for [`SlotTree::pick`]: whether a node's subtree can take a slot.
     eligible: Vec<bool>,
+    /// As last computed by [`SlotTree::preemption`]: whether a waiting
+    /// workload outranks the node (see the module docs).
+    outranked: Vec<bool>,
+    /// Scratch for [`SlotTree::preemption`]: whether a node or an
+    /// ancestor has borrowed.
+    repays: Vec<bool>,
+    /// Whether any node's children differ in priority: without that, no
+    /// workload can outrank another and [`SlotTree::preemption`] is skipped.
+    has_priorities: bool,
 }
 
 /// "Not in the new tree", in [`SlotTree::rebuild`]'s map.
@@ -281,6 +324,7 @@ impl SlotTree {
                     held: AtomicU64::new(0),
                     released: AtomicU64::new(0),
                     index: AtomicU64::new(0),
+                    slot_ns: AtomicU64::new(0),
                 }),
             };
             id.index.store(i as u64, Ordering::Relaxed);
@@ -299,6 +343,7 @@ impl SlotTree {
                 levels: was.map_or_else(Vec::new, |w| w.levels.clone()),
                 grants: was.map_or(0, |w| w.grants),
                 borrows: was.map_or(0, |w| w.borrows),
+                preemptions: was.map_or(0, |w| w.preemptions),
             };
             node.clamp_borrowed();
             nodes.push(node);
@@ -314,11 +359,21 @@ impl SlotTree {
                 .collect()
         });
         let eligible = vec![false; nodes.len()];
+        let outranked = vec![false; nodes.len()];
+        let repays = vec![false; nodes.len()];
+        let has_priorities = nodes.iter().any(|n| {
+            n.children
+                .windows(2)
+                .any(|w| nodes[w[0]].priority != nodes[w[1]].priority)
+        });
         Ok((
             SlotTree {
                 nodes,
                 index,
                 eligible,
+                outranked,
+                repays,
+                has_priorities,
             },
             map,
         ))
@@ -407,14 +462,8 @@ impl SlotTree {
     /// allocation has room on its whole path. `waiting(n)`: whether
     /// allocations wait at node `n`.
     pub(crate) fn pick(&mut self, waiting: impl Fn(usize) -> bool) -> Option<usize> {
-        let nodes = &self.nodes;
-        let eligible = &mut self.eligible;
-        for i in (0..nodes.len()).rev() {
-            let n = &nodes[i];
-            eligible[i] =
-                n.id.held() < n.max && (waiting(i) || n.children.iter().any(|&c| eligible[c]));
-        }
-        if !eligible[0] {
+        self.mark_eligible(&waiting);
+        if !self.eligible[0] {
             return None;
         }
         let mut at = 0;
@@ -444,11 +493,85 @@ impl SlotTree {
         }
     }
 
+    /// Mark in `eligible` every node whose subtree has a waiting
+    /// allocation with room on its path from that node down.
+    fn mark_eligible(&mut self, waiting: &impl Fn(usize) -> bool) {
+        let nodes = &self.nodes;
+        let eligible = &mut self.eligible;
+        for i in (0..nodes.len()).rev() {
+            let n = &nodes[i];
+            eligible[i] =
+                n.id.held() < n.max && (waiting(i) || n.children.iter().any(|&c| eligible[c]));
+        }
+    }
+
+    /// Whether a holder should be preempted: some workload that holds a
+    /// slot is outranked, i.e. at some node of its path, where neither it
+    /// nor an ancestor has borrowed, a sibling branch of strictly lower
+    /// priority value has a waiting allocation with room on its own side
+    /// (see the module docs). Records each node's
+    /// outranked flag for [`SlotTree::outranked`]. O(nodes); called under
+    /// the state mutex while allocations wait, after the grants, so a
+    /// waiter with room on its own side waits for the global budget or
+    /// for a cap shared with the outranked holder, which the holder's
+    /// release frees.
+    pub(crate) fn preemption(&mut self, waiting: impl Fn(usize) -> bool) -> bool {
+        if !self.has_priorities {
+            return false;
+        }
+        self.mark_eligible(&waiting);
+        let mut any = false;
+        self.outranked[0] = false;
+        // `repays[i]`: node `i` or an ancestor has borrowed, so a release
+        // below it repays that borrow instead of freeing a place there.
+        self.repays[0] = self.nodes[0].borrowed() > 0;
+        for i in 0..self.nodes.len() {
+            let node = &self.nodes[i];
+            let best = node
+                .children
+                .iter()
+                .filter(|&&c| self.eligible[c])
+                .map(|&c| self.nodes[c].priority)
+                .min()
+                .filter(|_| !self.repays[i]);
+            let above = self.outranked[i];
+            for &c in &node.children {
+                let out = above || best.is_some_and(|b| b < self.nodes[c].priority);
+                self.outranked[c] = out;
+                self.repays[c] = self.repays[i] || self.nodes[c].borrowed() > 0;
+                any |= out && self.nodes[c].id.held() > 0;
+            }
+        }
+        any
+    }
+
+    /// Whether `leaf` was outranked at the last [`SlotTree::preemption`].
+    pub(crate) fn outranked(&self, leaf: usize) -> bool {
+        self.outranked[leaf]
+    }
+
+    /// A holder of `leaf` promised a preemption yield.
+    pub(crate) fn preempted(&mut self, leaf: usize) {
+        self.nodes[leaf].preemptions += 1;
+    }
+
     /// Every workload's numbers, parents first.
     pub(crate) fn snapshot(&self) -> Vec<WorkloadSlots> {
+        // Slot time is counted at the leaves; a node's is its subtree's.
+        let mut slot_ns: Vec<u64> = self
+            .nodes
+            .iter()
+            .map(|n| n.id.slot_ns.load(Ordering::Relaxed))
+            .collect();
+        for (i, n) in self.nodes.iter().enumerate().rev() {
+            if let Some(p) = n.parent {
+                slot_ns[p] = slot_ns[p].saturating_add(slot_ns[i]);
+            }
+        }
         self.nodes
             .iter()
-            .map(|n| WorkloadSlots {
+            .zip(slot_ns)
+            .map(|(n, slot_ns)| WorkloadSlots {
                 name: n.id.name.clone(),
                 max_concurrent_threads: (n.max != UNLIMITED).then_some(n.max),
                 held: n.id.held(),
@@ -457,6 +580,8 @@ impl SlotTree {
                 allocations: n.allocations,
                 grants: n.grants,
                 borrows: n.borrows,
+                preemptions: n.preemptions,
+                slot_ns,
             })
             .collect()
     }

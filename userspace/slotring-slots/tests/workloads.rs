@@ -385,3 +385,42 @@ fn a_borrow_repaid_by_a_lock_free_release_stays_repaid_when_the_limit_drops() {
     assert_eq!((x.held, x.borrowed), (2, 0), "{x:?}");
     drop((s0, sb));
 }
+
+#[test]
+fn slot_time_counts_unparked_slots_at_their_leaf_and_every_ancestor() {
+    use std::time::{Duration, Instant};
+    let cc = ConcurrencyControl::with_workloads(&tree(vec![
+        WorkloadSpec::new("all"),
+        WorkloadSpec::new("etl").parent("all"),
+        WorkloadSpec::new("q").parent("etl"),
+        WorkloadSpec::new("idle").parent("all"),
+    ]));
+    let ns = |cc: &ConcurrencyControl, w: &str| Duration::from_nanos(node(cc, w).slot_ns);
+    let a = cc.allocate_in("q", 0, 1).unwrap();
+    // Held 30 ms: at least that, once released (not before).
+    let slot = a.try_acquire().unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(ns(&cc, "q"), Duration::ZERO, "added at the release");
+    drop(slot);
+    let held = ns(&cc, "q");
+    assert!(held >= Duration::from_millis(30), "{held:?}");
+    assert_eq!((ns(&cc, "etl"), ns(&cc, "all")), (held, held));
+    assert_eq!(ns(&cc, "idle"), Duration::ZERO);
+    drop(a);
+
+    // Parked 100 ms: that time is not counted. Everything counted lies
+    // between the acquire and the release, outside the park.
+    let a = cc.allocate_in("q", 0, 1).unwrap();
+    let start = Instant::now();
+    let mut slot = a.try_acquire().unwrap();
+    assert!(slot.park());
+    std::thread::sleep(Duration::from_millis(100));
+    slot.unpark();
+    drop(slot);
+    let counted = ns(&cc, "q") - held;
+    assert!(
+        counted <= start.elapsed() - Duration::from_millis(100),
+        "{counted:?} counted with 100 ms parked of {:?}",
+        start.elapsed()
+    );
+}

@@ -58,6 +58,10 @@
 //! makes the allocation want that slot again (`allocated − 1`, back in its
 //! waiter list): the holder waits for a grant like any other. Borrowed
 //! slots are not an excess to yield: borrowing is repaid by withholding.
+//! With a tree, and with no excess and no promise outstanding, one more
+//! yield is wanted while a waiting workload outranks a holding one (the
+//! `workloads` module's preemption): `should_yield` then says yes to one
+//! holder of an outranked workload, the same promise kept the same way.
 //!
 //! # Memory ordering
 //!
@@ -210,6 +214,9 @@ pub(crate) struct SchedulerState {
     holders: u64,
     /// Yields promised and not yet made (sum of every `owed`).
     owed: u64,
+    /// Whether the yield wanted now is a priority preemption (see
+    /// [`SchedulerState::refresh_yield`]).
+    preempting: bool,
     /// Yields still wanted: `(cur − borrowed) − limit − owed`, floored at 0;
     /// stored after every operation (the `should_yield` fast path).
     pub(crate) yield_needed: Arc<AtomicU64>,
@@ -244,6 +251,7 @@ impl SchedulerState {
             cap: UNLIMITED,
             holders: 0,
             owed: 0,
+            preempting: false,
             yield_needed: Arc::new(AtomicU64::new(0)),
             scheduler: Scheduler::default(),
             stats: Stats::default(),
@@ -596,13 +604,31 @@ impl SchedulerState {
         }
     }
 
-    /// Store the fast-path hint: yields still wanted (borrowed slots are
-    /// repaid by withholding, not by yields).
-    fn refresh_yield(&self) {
-        let needed = (self.cur() - self.borrowed())
-            .saturating_sub(self.limit())
-            .saturating_sub(self.owed);
-        self.yield_needed.store(needed, Ordering::Relaxed);
+    /// Store the fast-path hint: yields still wanted. Borrowed slots are
+    /// repaid by withholding, not by yields. With nothing else wanted and
+    /// no yield promised, one preemption is wanted while a waiting
+    /// workload outranks a holding one ([`SlotTree::preemption`]): one at a
+    /// time, since the slot it frees goes to the best waiter, and the next
+    /// is wanted only once that grant is made.
+    fn refresh_yield(&mut self) {
+        let excess = (self.cur() - self.borrowed()).saturating_sub(self.limit());
+        let needed = excess.saturating_sub(self.owed);
+        self.preempting = excess == 0 && self.owed == 0 && self.preemption_wanted();
+        self.yield_needed
+            .store(needed + u64::from(self.preempting), Ordering::Relaxed);
+    }
+
+    /// Whether a waiting workload outranks a holding one (only while
+    /// allocations wait, with a tree, and while no slot is borrowed: a
+    /// release would repay the borrow, not free a slot for the waiter).
+    fn preemption_wanted(&mut self) -> bool {
+        if self.waiters() == 0 || self.borrowed() > 0 {
+            return false;
+        }
+        let queues = &self.queues;
+        self.tree
+            .as_mut()
+            .is_some_and(|tree| tree.preemption(|n| queues[n].len > 0))
     }
 
     /// A competing, unparked slot of `a` is released: it makes one promised yield of its allocation, if any; the allocation
@@ -636,9 +662,10 @@ impl SchedulerState {
     }
 
     /// The slow path of `should_yield` for a competing, unparked slot of
-    /// `a`: yes (and promise it) while yields are wanted and `a` holds,
-    /// beyond what it already promised, more than its fair share
-    /// `max(1, limit / holders)`.
+    /// `a`: yes (and promise it) while yields are wanted and either `a`
+    /// holds, beyond what it already promised, more than its fair share
+    /// `max(1, limit / holders)` (the budget is exceeded), or the yield
+    /// wanted is a preemption and `a`'s workload is outranked.
     pub(crate) fn should_yield(&mut self, a: &AllocShared) -> bool {
         // A lock-free release may have lowered `cur` since the hint was
         // stored: decide on the count now.
@@ -646,13 +673,24 @@ impl SchedulerState {
         if self.yield_needed.load(Ordering::Relaxed) == 0 {
             return false;
         }
-        let fair = (self.limit() / self.holders.max(1)).max(1);
         let keeps = a
             .held
             .load(Ordering::Relaxed)
             .saturating_sub(a.owed.load(Ordering::Relaxed));
-        if keeps <= fair {
-            return false;
+        if self.preempting {
+            let leaf = a.workload.as_ref().map(|w| w.index());
+            let tree = self.tree.as_mut();
+            match (tree, leaf) {
+                (Some(tree), Some(leaf)) if keeps > 0 && tree.outranked(leaf) => {
+                    tree.preempted(leaf);
+                }
+                _ => return false,
+            }
+        } else {
+            let fair = (self.limit() / self.holders.max(1)).max(1);
+            if keeps <= fair {
+                return false;
+            }
         }
         a.owed.fetch_add(1, Ordering::Relaxed);
         self.owed += 1;
