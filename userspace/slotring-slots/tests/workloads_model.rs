@@ -23,6 +23,14 @@
 //! counts must equal the reference's, and on every node whose limit was
 //! never lowered `held − borrowed ≤ max_concurrent_threads` (as globally
 //! `cur − borrowed ≤ max`; a lowered limit takes nothing back).
+//!
+//! A checkpoint (`should_yield`) of a slot must answer what the reference
+//! answers for priority preemption: yes while no slot is borrowed globally,
+//! some workload holding a slot is outranked, and the slot's own leaf is:
+//! at a node of its path where neither that node nor an ancestor has
+//! borrowed, a sibling branch of strictly lower priority value is
+//! eligible. A yes is kept at once (the slot is dropped, its allocation
+//! asks for it again) and counted in its leaf's `preemptions`.
 
 use std::collections::HashMap;
 
@@ -122,6 +130,7 @@ enum Op {
     Unpark(usize),
     DropAlloc(usize),
     Change { steps: [u8; 4], other: Cfg },
+    Checkpoint(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -132,6 +141,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => any::<usize>().prop_map(Op::Park),
         2 => any::<usize>().prop_map(Op::Unpark),
         1 => any::<usize>().prop_map(Op::DropAlloc),
+        3 => any::<usize>().prop_map(Op::Checkpoint),
         1 => (proptest::array::uniform4(0..4u8), cfg())
             .prop_map(|(steps, other)| Op::Change { steps, other }),
     ]
@@ -156,6 +166,7 @@ struct RNode {
     vr: u128,
     /// Among the children: each priority's virtual time.
     time: HashMap<i64, u128>,
+    preemptions: u64,
 }
 
 #[derive(Debug)]
@@ -170,6 +181,8 @@ struct RAlloc {
 
 #[derive(Debug)]
 struct RSlot {
+    /// Its allocation's index.
+    alloc: usize,
     leaf: usize,
     parked: bool,
 }
@@ -310,6 +323,32 @@ impl Reference {
         self.schedule();
     }
 
+    /// Whether `n` or an ancestor has borrowed.
+    fn repays(&self, n: usize) -> bool {
+        self.path(n).iter().any(|&m| self.nodes[m].borrowed > 0)
+    }
+
+    /// Whether a waiting allocation outranks `n`: at some node of its path
+    /// with no borrow there or above, a sibling branch of a lower priority
+    /// value is eligible.
+    fn outranked(&self, n: usize) -> bool {
+        let path = self.path(n);
+        path.windows(2).any(|w| {
+            let (c, p) = (w[0], w[1]);
+            !self.repays(p)
+                && self.nodes[p].children.iter().any(|&s| {
+                    s != c && self.eligible(s) && self.nodes[s].priority < self.nodes[c].priority
+                })
+        })
+    }
+
+    /// Whether a checkpoint of an unparked slot of `leaf` is told to yield.
+    fn preempts(&self, leaf: usize) -> bool {
+        let holder_outranked =
+            (1..self.nodes.len()).any(|n| self.nodes[n].held > 0 && self.outranked(n));
+        self.borrowed == 0 && holder_outranked && self.outranked(leaf)
+    }
+
     fn unpark(&mut self, leaf: usize) {
         for n in self.path(leaf) {
             let node = &mut self.nodes[n];
@@ -365,6 +404,7 @@ fn run(first: Cfg, ops: Vec<Op>, limit: u64) -> Result<(), TestCaseError> {
                         slots.push((
                             s,
                             RSlot {
+                                alloc: a,
                                 leaf,
                                 parked: false,
                             },
@@ -404,6 +444,24 @@ fn run(first: Cfg, ops: Vec<Op>, limit: u64) -> Result<(), TestCaseError> {
                     allocs[a] = None;
                     let ra = r.allocs[a].take().unwrap();
                     r.uncount(ra.leaf, ra.granted);
+                }
+            }
+            Op::Checkpoint(i) if !slots.is_empty() => {
+                let k = i % slots.len();
+                let (s, rs) = &slots[k];
+                let want = !rs.parked && r.preempts(rs.leaf);
+                prop_assert_eq!(s.should_yield(), want, "a checkpoint of {}", NAMES[rs.leaf]);
+                if want {
+                    // The promise is kept at once: released, and wanted again
+                    // by its allocation if that is still live.
+                    let (s, rs) = slots.swap_remove(k);
+                    drop(s);
+                    r.nodes[rs.leaf].preemptions += 1;
+                    if let Some(ra) = r.allocs[rs.alloc].as_mut() {
+                        ra.allocated -= 1;
+                        ra.waiting = ra.allocated < ra.max;
+                    }
+                    r.uncount(rs.leaf, 1);
                 }
             }
             Op::Change { steps, other } => {
@@ -452,6 +510,7 @@ fn check(
         let i = NAMES.iter().position(|&n| n == w.name).unwrap();
         let n = &r.nodes[i];
         prop_assert_eq!((w.held, w.borrowed), (n.held, n.borrowed), "{}", w.name);
+        prop_assert_eq!(w.preemptions, n.preemptions, "{}", w.name);
         prop_assert_eq!(w.max_concurrent_threads, n.max);
         let max = w.max_concurrent_threads.unwrap_or(u64::MAX);
         if !ever_lowered.contains(&w.name.as_str()) {
