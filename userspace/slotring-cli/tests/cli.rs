@@ -1850,6 +1850,72 @@ fn deploy_workloads_toml_runs_and_the_report_has_a_line_per_workload() {
     assert!(!svg.contains("scan 1 read rate"), "{svg}");
 }
 
+#[test]
+fn deploy_workloads_toml_schedules_the_cpu_slots_of_both_leaves_and_exports_them() {
+    let dir = data_dir();
+    // Defaults: 3 scans of 4 threads for a budget of 2 slots per core, a
+    // short query every 100 ms; the 8 MiB file is soon all in the page
+    // cache, so the scans' threads are CPU-bound and hold every slot.
+    let child = spawn_served(
+        run_cmd(dir.path(), &["--duration", "3s", "--json"])
+            .arg("--workloads")
+            .arg(deploy().join("workloads.toml"))
+            .stdout(Stdio::piped()),
+    );
+    let body = wait_for_metrics(
+        child.addr,
+        "slotring_workload_cpu_grants_total{workload=\"user\"}",
+    );
+    let out = child.finish(Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    promtool_check_metrics(&body);
+    for family in [
+        "slotring_workload_cpu_slot_seconds_total",
+        "slotring_workload_cpu_slots_held",
+        "slotring_workload_cpu_grants_total",
+        "slotring_workload_cpu_preemptions_total",
+    ] {
+        for w in ["all", "user", "background"] {
+            assert!(
+                body.contains(&format!("{family}{{workload=\"{w}\"}} ")),
+                "{family} of {w}:\n{body}"
+            );
+        }
+    }
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cpu = r["workloads"]["cpu"].as_array().unwrap();
+    let names: Vec<&str> = cpu.iter().map(|w| w["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["all", "user", "background"]);
+    let (all, user, bg) = (&cpu[0], &cpu[1], &cpu[2]);
+    let n = |w: &Value, k: &str| w[k].as_u64().unwrap();
+    let f = |w: &Value, k: &str| w[k].as_f64().unwrap();
+    // Both leaves' allocations were granted slots by the tree and held them.
+    for w in [user, bg] {
+        assert!(n(w, "grants") > 0 && f(w, "slot_s") > 0.0, "{w}");
+    }
+    // The root's grants and slot time are its leaves'.
+    assert_eq!(n(all, "grants"), n(user, "grants") + n(bg, "grants"));
+    assert!((f(all, "slot_s") - f(user, "slot_s") - f(bg, "slot_s")).abs() < 1e-6);
+    assert_eq!(f(all, "share_pct"), 100.0);
+    // Nothing outranks priority 0; the short queries, waiting behind the
+    // scans' threads for a full budget, outrank `background`, whose
+    // holders yield at their next checkpoint.
+    assert_eq!(n(user, "preemptions"), 0, "{user}");
+    assert!(n(bg, "preemptions") > 0, "{bg}");
+    // Every short query got its slot from the tree: one grant each.
+    let shorts = r["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["kind"] == "short")
+        .count() as u64;
+    assert!(
+        shorts > 0 && n(user, "grants") <= shorts,
+        "{shorts}: {user}"
+    );
+}
+
 /// A run under `tree` (a workloads file's text) at 16 MiB/s for the whole
 /// disk, with `/metrics`: its JSON report and a scrape taken while it ran.
 fn run_with_workloads(dir: &Path, tree: &str) -> (Value, String) {
