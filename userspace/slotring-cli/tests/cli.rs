@@ -238,15 +238,32 @@ fn sample_names(text: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// Every `slotring_*` series the Grafana dashboard queries.
-fn dashboard_series() -> Vec<String> {
+/// The Grafana dashboard's row of the workload tree's panels, whose
+/// series only a run with `--workloads` has.
+const WORKLOADS_ROW: &str = "Workloads";
+
+/// Every `slotring_*` series the Grafana dashboard queries in its
+/// [`WORKLOADS_ROW`] (`workloads`) or outside it. A row panel has no
+/// query; every other panel has at least one.
+fn dashboard_series(workloads: bool) -> Vec<String> {
     let dash: Value = serde_json::from_str(
         &std::fs::read_to_string(deploy().join("grafana/slotring.json")).unwrap(),
     )
     .unwrap();
     let mut exprs = Vec::new();
+    let mut row = None;
     for p in dash["panels"].as_array().unwrap() {
-        for t in p["targets"].as_array().unwrap() {
+        if p["type"] == "row" {
+            assert!(p.get("targets").is_none(), "row {}", p["title"]);
+            row = p["title"].as_str();
+            continue;
+        }
+        let targets = p["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "panel {} has no query", p["title"]);
+        if (row == Some(WORKLOADS_ROW)) != workloads {
+            continue;
+        }
+        for t in targets {
             exprs.push(t["expr"].as_str().unwrap().to_owned());
         }
     }
@@ -347,7 +364,7 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         for n in KERNEL_NAMES.iter().chain(ADAPTIVE_NAMES) {
             assert!(names.contains(*n), "{n} missing from /metrics:\n{body}");
         }
-        for series in dashboard_series() {
+        for series in dashboard_series(false) {
             assert!(
                 names.contains(&series),
                 "the Grafana dashboard queries {series}, which /metrics does not have"
@@ -1870,6 +1887,19 @@ fn deploy_workloads_toml_schedules_the_cpu_slots_of_both_leaves_and_exports_them
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{err}");
     promtool_check_metrics(&body);
+    // The dashboard's workload row queries only series a run by a tree has.
+    let names = sample_names(&body);
+    let row = dashboard_series(true);
+    assert!(
+        row.contains(&"slotring_workload_wait_seconds_bucket".to_owned()),
+        "{row:?}"
+    );
+    for series in row {
+        assert!(
+            names.contains(&series),
+            "the Grafana dashboard's {WORKLOADS_ROW} row queries {series}, which /metrics does not have"
+        );
+    }
     for family in [
         "slotring_workload_cpu_slot_seconds_total",
         "slotring_workload_cpu_slots_held",
