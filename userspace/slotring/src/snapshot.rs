@@ -386,6 +386,58 @@ mod tests {
     }
 
     #[test]
+    fn a_controls_cpu_workloads_name_their_parents_so_other_sums_its_leaves() {
+        use slotring_slots::{ConcurrencyControl, Scheduler};
+        use slotring_throttle::{WorkloadSpec, WorkloadTree};
+        let tree = WorkloadTree::new(vec![
+            WorkloadSpec::new("all"),
+            WorkloadSpec::new("a").parent("all"),
+            WorkloadSpec::new("b").parent("all"),
+            WorkloadSpec::new("a0").parent("a"),
+            WorkloadSpec::new("a1").parent("a"),
+        ])
+        .unwrap();
+        let cc = ConcurrencyControl::with_workloads(&tree);
+        // Round robin: every slot competes, so each grant is the tree's.
+        cc.set_scheduler(Scheduler::RoundRobin);
+        let allocs: Vec<_> = [("a0", 1), ("a1", 2), ("b", 3)]
+            .into_iter()
+            .map(|(leaf, n)| cc.allocate_in(leaf, 0, n).unwrap())
+            .collect();
+        let all = cc.workloads();
+        let parents: Vec<_> = all
+            .iter()
+            .map(|w| (w.name.as_str(), w.parent.as_deref()))
+            .collect();
+        assert_eq!(
+            parents,
+            [
+                ("all", None),
+                ("a", Some("all")),
+                ("b", Some("all")),
+                ("a0", Some("a")),
+                ("a1", Some("a")),
+            ]
+        );
+        let two = bounded_workloads(&all, 2);
+        assert_eq!(
+            two.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(),
+            ["all", "a", "other"]
+        );
+        assert_eq!(
+            (
+                two[0].grants,
+                two[2].grants,
+                two[2].held,
+                two[2].allocations
+            ),
+            (6, 6, 6, 3),
+            "other: b, a0 and a1, not a"
+        );
+        drop(allocs);
+    }
+
+    #[test]
     fn top_tenants_bound_the_series_and_lose_nothing() {
         let all: Vec<TenantStat> = (0..10_000u64)
             .map(|i| TenantStat {
