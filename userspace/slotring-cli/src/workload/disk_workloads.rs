@@ -40,11 +40,10 @@
 
 use std::time::Duration;
 
+use slotring::slots::WorkloadSlots;
 use slotring::throttle::{
     Resource, ThrottlePtr, WorkloadCounters, WorkloadScheduler, WorkloadTree,
 };
-
-use slotring::slots::WorkloadSlots;
 
 use super::RunError;
 use super::waits::{debt_time, wait_out};

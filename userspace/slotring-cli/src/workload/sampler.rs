@@ -107,8 +107,9 @@ pub(super) struct Source<'a> {
 
 impl Published {
     /// Publish one sample: to the BPF maps and as the snapshot `/metrics`
-    /// renders (`read` is `source.read`'s counters and `workloads` its
-    /// tree's, read by the caller with the rest of its sample).
+    /// renders (`read` is `source.read`'s counters and `workloads` the
+    /// disk tree's, read by the caller with the rest of its sample; the CPU
+    /// workloads are `source.cc`'s now).
     fn publish(
         &self,
         source: &Source<'_>,
