@@ -238,15 +238,32 @@ fn sample_names(text: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// Every `slotring_*` series the Grafana dashboard queries.
-fn dashboard_series() -> Vec<String> {
+/// The Grafana dashboard's row of the workload tree's panels, whose
+/// series only a run with `--workloads` has.
+const WORKLOADS_ROW: &str = "Workloads";
+
+/// Every `slotring_*` series the Grafana dashboard queries in its
+/// [`WORKLOADS_ROW`] (`workloads`) or outside it. A row panel has no
+/// query; every other panel has at least one.
+fn dashboard_series(workloads: bool) -> Vec<String> {
     let dash: Value = serde_json::from_str(
         &std::fs::read_to_string(deploy().join("grafana/slotring.json")).unwrap(),
     )
     .unwrap();
     let mut exprs = Vec::new();
+    let mut row = None;
     for p in dash["panels"].as_array().unwrap() {
-        for t in p["targets"].as_array().unwrap() {
+        if p["type"] == "row" {
+            assert!(p.get("targets").is_none(), "row {}", p["title"]);
+            row = p["title"].as_str();
+            continue;
+        }
+        let targets = p["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "panel {} has no query", p["title"]);
+        if (row == Some(WORKLOADS_ROW)) != workloads {
+            continue;
+        }
+        for t in targets {
             exprs.push(t["expr"].as_str().unwrap().to_owned());
         }
     }
@@ -347,7 +364,7 @@ fn run_serves_metrics_tools_read_pins_and_json_report_is_sane() {
         for n in KERNEL_NAMES.iter().chain(ADAPTIVE_NAMES) {
             assert!(names.contains(*n), "{n} missing from /metrics:\n{body}");
         }
-        for series in dashboard_series() {
+        for series in dashboard_series(false) {
             assert!(
                 names.contains(&series),
                 "the Grafana dashboard queries {series}, which /metrics does not have"
@@ -1848,6 +1865,85 @@ fn deploy_workloads_toml_runs_and_the_report_has_a_line_per_workload() {
         assert!(svg.contains(&format!(">workload {w}<")), "plot draws {w}");
     }
     assert!(!svg.contains("scan 1 read rate"), "{svg}");
+}
+
+#[test]
+fn deploy_workloads_toml_schedules_the_cpu_slots_of_both_leaves_and_exports_them() {
+    let dir = data_dir();
+    // Defaults: 3 scans of 4 threads for a budget of 2 slots per core, a
+    // short query every 100 ms; the 8 MiB file is soon all in the page
+    // cache, so the scans' threads are CPU-bound and hold every slot.
+    let child = spawn_served(
+        run_cmd(dir.path(), &["--duration", "3s", "--json"])
+            .arg("--workloads")
+            .arg(deploy().join("workloads.toml"))
+            .stdout(Stdio::piped()),
+    );
+    let body = wait_for_metrics(
+        child.addr,
+        "slotring_workload_cpu_grants_total{workload=\"user\"}",
+    );
+    let out = child.finish(Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    promtool_check_metrics(&body);
+    // The dashboard's workload row queries only series a run by a tree has.
+    let names = sample_names(&body);
+    let row = dashboard_series(true);
+    assert!(
+        row.contains(&"slotring_workload_wait_seconds_bucket".to_owned()),
+        "{row:?}"
+    );
+    for series in row {
+        assert!(
+            names.contains(&series),
+            "the Grafana dashboard's {WORKLOADS_ROW} row queries {series}, which /metrics does not have"
+        );
+    }
+    for family in [
+        "slotring_workload_cpu_slot_seconds_total",
+        "slotring_workload_cpu_slots_held",
+        "slotring_workload_cpu_grants_total",
+        "slotring_workload_cpu_preemptions_total",
+    ] {
+        for w in ["all", "user", "background"] {
+            assert!(
+                body.contains(&format!("{family}{{workload=\"{w}\"}} ")),
+                "{family} of {w}:\n{body}"
+            );
+        }
+    }
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cpu = r["workloads"]["cpu"].as_array().unwrap();
+    let names: Vec<&str> = cpu.iter().map(|w| w["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["all", "user", "background"]);
+    let (all, user, bg) = (&cpu[0], &cpu[1], &cpu[2]);
+    let n = |w: &Value, k: &str| w[k].as_u64().unwrap();
+    let f = |w: &Value, k: &str| w[k].as_f64().unwrap();
+    // Both leaves' allocations were granted slots by the tree and held them.
+    for w in [user, bg] {
+        assert!(n(w, "grants") > 0 && f(w, "slot_s") > 0.0, "{w}");
+    }
+    // The root's grants and slot time are its leaves'.
+    assert_eq!(n(all, "grants"), n(user, "grants") + n(bg, "grants"));
+    assert!((f(all, "slot_s") - f(user, "slot_s") - f(bg, "slot_s")).abs() < 1e-6);
+    assert_eq!(f(all, "share_pct"), 100.0);
+    // Nothing outranks priority 0; the short queries, waiting behind the
+    // scans' threads for a full budget, outrank `background`, whose
+    // holders yield at their next checkpoint.
+    assert_eq!(n(user, "preemptions"), 0, "{user}");
+    assert!(n(bg, "preemptions") > 0, "{bg}");
+    // Every short query got its slot from the tree: one grant each.
+    let shorts = r["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|q| q["kind"] == "short")
+        .count() as u64;
+    assert!(
+        shorts > 0 && n(user, "grants") <= shorts,
+        "{shorts}: {user}"
+    );
 }
 
 /// A run under `tree` (a workloads file's text) at 16 MiB/s for the whole

@@ -161,6 +161,9 @@ impl WorkloadRef {
 pub struct WorkloadSlots {
     /// The workload's name.
     pub name: String,
+    /// Its parent's name (`None`: the root), so that a reader of a
+    /// snapshot knows the tree's leaves.
+    pub parent: Option<String>,
     /// Its `max_concurrent_threads` (`None`: no limit).
     pub max_concurrent_threads: Option<u64>,
     /// Competing slots counted against it (see the module docs).
@@ -573,6 +576,7 @@ impl SlotTree {
             .zip(slot_ns)
             .map(|(n, slot_ns)| WorkloadSlots {
                 name: n.id.name.clone(),
+                parent: n.id.parent.as_ref().map(|p| p.name.clone()),
                 max_concurrent_threads: (n.max != UNLIMITED).then_some(n.max),
                 held: n.id.held(),
                 borrowed: n.borrowed(),

@@ -25,8 +25,12 @@ use prometheus::proto::{
     Bucket, Counter, Gauge, Histogram, LabelPair, Metric, MetricFamily, MetricType,
 };
 use slotring_counters::{CounterSet, Kind};
+use slotring_slots::WorkloadSlots;
+use slotring_throttle::WorkloadCounters;
 
-use crate::snapshot::{HIST_BUCKETS, SEGMENTS, Snapshot};
+use crate::snapshot::{
+    HIST_BUCKETS, SEGMENTS, Snapshot, WORKLOAD_SERIES, WorkloadSeries, bounded_workloads,
+};
 
 fn family(name: &str, help: &str, t: MetricType, metrics: Vec<Metric>) -> MetricFamily {
     let mut f = MetricFamily::default();
@@ -209,6 +213,7 @@ pub fn families(s: &Snapshot) -> Vec<MetricFamily> {
         ));
     }
     workload_families(&s.workloads, &mut out);
+    cpu_workload_families(&s.cpu_workloads, &mut out);
     // Kernel probes.
     out.push(gauge(
         "slotring_probes_attached",
@@ -321,49 +326,18 @@ pub fn wait_histogram(buckets: &[u64; slotring_throttle::WORKLOAD_WAIT_BUCKETS])
     h
 }
 
-/// The workload families: one series per workload of
-/// [`bounded_workloads`](crate::snapshot::bounded_workloads) (label
-/// `workload`), none without a tree.
-fn workload_families(all: &[slotring_throttle::WorkloadCounters], out: &mut Vec<MetricFamily>) {
-    use crate::snapshot::{WORKLOAD_SERIES, bounded_workloads};
-    if all.is_empty() {
-        return;
-    }
-    let shown = bounded_workloads(all, WORKLOAD_SERIES);
-    type Of = fn(&slotring_throttle::WorkloadCounters) -> u64;
-    let one_per_workload: [(&str, &str, MetricType, Of); 5] = [
-        (
-            "slotring_workload_bytes_total",
-            "Bytes granted to this workload's subtree by the disk's workload scheduler (refunds counted apart); `other` sums the leaf workloads beyond the first 64.",
-            MetricType::COUNTER,
-            |w| w.bytes,
-        ),
-        (
-            "slotring_workload_refunded_bytes_total",
-            "Bytes given back to this workload's caps after their grant (page-cache reads found after their charge).",
-            MetricType::COUNTER,
-            |w| w.refunded_bytes,
-        ),
-        (
-            "slotring_workload_requests_total",
-            "Requests granted to this workload's subtree.",
-            MetricType::COUNTER,
-            |w| w.requests,
-        ),
-        (
-            "slotring_workload_queued",
-            "Requests queued in this workload's subtree now.",
-            MetricType::GAUGE,
-            |w| w.queued,
-        ),
-        (
-            "slotring_workload_in_flight",
-            "Requests in flight through this workload now, where it limits them (max_io_requests; 0 elsewhere).",
-            MetricType::GAUGE,
-            |w| w.in_flight_requests,
-        ),
-    ];
-    for (name, help, t, value) in one_per_workload {
+/// One family with a series per workload: its name, help and type, and a
+/// workload's value.
+type PerWorkload<W> = (&'static str, &'static str, MetricType, fn(&W) -> f64);
+
+/// The families of `table`, one series per workload of `shown` (label
+/// `workload`).
+fn per_workload<W: WorkloadSeries>(
+    shown: &[W],
+    table: &[PerWorkload<W>],
+    out: &mut Vec<MetricFamily>,
+) {
+    for &(name, help, t, value) in table {
         let metric = if t == MetricType::COUNTER {
             counter_metric
         } else {
@@ -371,10 +345,55 @@ fn workload_families(all: &[slotring_throttle::WorkloadCounters], out: &mut Vec<
         };
         let series = shown
             .iter()
-            .map(|w| metric(value(w) as f64, &[("workload", w.name.as_str())]))
+            .map(|w| metric(value(w), &[("workload", w.name())]))
             .collect();
         out.push(family(name, help, t, series));
     }
+}
+
+/// The disk's workload families: one series per workload of
+/// [`bounded_workloads`] (label `workload`), none without a tree.
+fn workload_families(all: &[WorkloadCounters], out: &mut Vec<MetricFamily>) {
+    if all.is_empty() {
+        return;
+    }
+    let shown = bounded_workloads(all, WORKLOAD_SERIES);
+    per_workload(
+        &shown,
+        &[
+            (
+                "slotring_workload_bytes_total",
+                "Bytes granted to this workload's subtree by the disk's workload scheduler (refunds counted apart); `other` sums the leaf workloads beyond the first 64.",
+                MetricType::COUNTER,
+                |w| w.bytes as f64,
+            ),
+            (
+                "slotring_workload_refunded_bytes_total",
+                "Bytes given back to this workload's caps after their grant (page-cache reads found after their charge).",
+                MetricType::COUNTER,
+                |w| w.refunded_bytes as f64,
+            ),
+            (
+                "slotring_workload_requests_total",
+                "Requests granted to this workload's subtree.",
+                MetricType::COUNTER,
+                |w| w.requests as f64,
+            ),
+            (
+                "slotring_workload_queued",
+                "Requests queued in this workload's subtree now.",
+                MetricType::GAUGE,
+                |w| w.queued as f64,
+            ),
+            (
+                "slotring_workload_in_flight",
+                "Requests in flight through this workload now, where it limits them (max_io_requests; 0 elsewhere).",
+                MetricType::GAUGE,
+                |w| w.in_flight_requests as f64,
+            ),
+        ],
+        out,
+    );
     let metrics = shown
         .iter()
         .map(|w| {
@@ -389,6 +408,44 @@ fn workload_families(all: &[slotring_throttle::WorkloadCounters], out: &mut Vec<
         MetricType::HISTOGRAM,
         metrics,
     ));
+}
+
+/// The CPU slots' workload families: one series per workload of
+/// [`bounded_workloads`] (label `workload`), none without a tree.
+fn cpu_workload_families(all: &[WorkloadSlots], out: &mut Vec<MetricFamily>) {
+    if all.is_empty() {
+        return;
+    }
+    per_workload(
+        &bounded_workloads(all, WORKLOAD_SERIES),
+        &[
+            (
+                "slotring_workload_cpu_slot_seconds_total",
+                "Slot time of this workload's subtree: seconds its competing CPU slots counted, unparked (a slot's time is added when it parks or is released); `other` sums the leaf workloads beyond the first 64.",
+                MetricType::COUNTER,
+                |w| secs_ns(w.slot_ns),
+            ),
+            (
+                "slotring_workload_cpu_slots_held",
+                "Competing CPU slots counted against this workload now (granted or acquired, not parked).",
+                MetricType::GAUGE,
+                |w| w.held as f64,
+            ),
+            (
+                "slotring_workload_cpu_grants_total",
+                "CPU slots granted through this workload.",
+                MetricType::COUNTER,
+                |w| w.grants as f64,
+            ),
+            (
+                "slotring_workload_cpu_preemptions_total",
+                "Yields this workload's slot holders promised because a waiting workload of higher priority outranked it.",
+                MetricType::COUNTER,
+                |w| w.preemptions as f64,
+            ),
+        ],
+        out,
+    );
 }
 
 /// The text exposition format of [`families`].
@@ -542,7 +599,8 @@ fn every_desc(gauges: &[(&str, &str)], label: Option<&str>) -> Vec<prometheus::c
         kernel: Some(crate::snapshot::KernelSnapshot::default()),
         tenants: vec![crate::snapshot::TenantStat::default()],
         adaptive: Some(slotring_slots::AdaptiveCounters::default()),
-        workloads: vec![slotring_throttle::WorkloadCounters::default()],
+        workloads: vec![WorkloadCounters::default()],
+        cpu_workloads: vec![WorkloadSlots::other()],
         ..Snapshot::default()
     };
     let mut all = families(&full);
@@ -847,5 +905,74 @@ mod tests {
         let h = wait_histogram(&w(1).wait_histogram);
         assert!((h.get_sample_sum() - (3.0 + (1u64 << 20) as f64) / 1e6).abs() < 1e-12);
         assert!(!encode(&Snapshot::default()).contains("slotring_workload_"));
+    }
+
+    #[test]
+    fn cpu_workloads_export_bounded_series_of_slot_time_holdings_grants_and_preemptions() {
+        let w = |i: u64| WorkloadSlots {
+            held: i % 4,
+            grants: 10 + i,
+            preemptions: i / 2,
+            // i.5 s of slot time.
+            slot_ns: i * 1_000_000_000 + 500_000_000,
+            ..WorkloadSlots {
+                name: if i == 0 {
+                    "all".into()
+                } else {
+                    format!("w{i}")
+                },
+                parent: (i > 0).then(|| "all".into()),
+                ..WorkloadSlots::other()
+            }
+        };
+        // The root and 69 leaves: 64 series, the last 6 leaves in `other`.
+        let s = Snapshot {
+            cpu_workloads: (0..70).map(w).collect(),
+            ..Default::default()
+        };
+        let text = encode(&s);
+        for family in [
+            "slotring_workload_cpu_slot_seconds_total{",
+            "slotring_workload_cpu_slots_held{",
+            "slotring_workload_cpu_grants_total{",
+            "slotring_workload_cpu_preemptions_total{",
+        ] {
+            assert_eq!(text.matches(family).count(), 65, "{family}");
+        }
+        assert!(!text.contains("workload=\"w64\""), "beyond the first 64");
+        let other = |f: fn(u64) -> u64| (64..70u64).map(f).sum::<u64>();
+        for line in [
+            "# TYPE slotring_workload_cpu_slot_seconds_total counter\n".to_owned(),
+            "# TYPE slotring_workload_cpu_slots_held gauge\n".into(),
+            "# TYPE slotring_workload_cpu_grants_total counter\n".into(),
+            "# TYPE slotring_workload_cpu_preemptions_total counter\n".into(),
+            "slotring_workload_cpu_slot_seconds_total{workload=\"w3\"} 3.5\n".into(),
+            "slotring_workload_cpu_slots_held{workload=\"w63\"} 3\n".into(),
+            "slotring_workload_cpu_grants_total{workload=\"w5\"} 15\n".into(),
+            "slotring_workload_cpu_preemptions_total{workload=\"w5\"} 2\n".into(),
+            format!(
+                "slotring_workload_cpu_slot_seconds_total{{workload=\"other\"}} {}\n",
+                other(|i| i) as f64 + 3.0
+            ),
+            format!(
+                "slotring_workload_cpu_slots_held{{workload=\"other\"}} {}\n",
+                other(|i| i % 4)
+            ),
+            format!(
+                "slotring_workload_cpu_grants_total{{workload=\"other\"}} {}\n",
+                other(|i| 10 + i)
+            ),
+            format!(
+                "slotring_workload_cpu_preemptions_total{{workload=\"other\"}} {}\n",
+                other(|i| i / 2)
+            ),
+        ] {
+            assert!(text.contains(&line), "{line}");
+        }
+        assert!(
+            !text.contains("slotring_workload_bytes_total"),
+            "no disk tree, no disk families"
+        );
+        assert!(!encode(&Snapshot::default()).contains("slotring_workload_cpu_"));
     }
 }

@@ -355,6 +355,7 @@ impl PinnedMaps {
             adaptive: None,
             // So do its workload trees.
             workloads: Vec::new(),
+            cpu_workloads: Vec::new(),
         })
     }
 }

@@ -5,7 +5,8 @@
 //! (one [`ThrottleCounters`] per named throttler, [`SlotsCounters`],
 //! [`UringCounters`]) and, when the kernel probes are attached, a
 //! [`KernelSnapshot`]; with an adaptive budget loop, its
-//! [`AdaptiveCounters`]. Snapshots are values: building metrics from them never
+//! [`AdaptiveCounters`]; with workload trees, the disk's
+//! [`WorkloadCounters`] and the CPU slots' [`WorkloadSlots`]. Snapshots are values: building metrics from them never
 //! touches a live throttler, slot budget or ring.
 //!
 //! Each counter struct is described field by field through [`CounterSet`]
@@ -14,7 +15,7 @@
 //! with `+` and `sum()` (one engine's counters over many engines, …).
 
 pub use slotring_counters::{CounterSet, Field, Kind, Unit};
-use slotring_slots::{AdaptiveCounters, SlotsCounters};
+use slotring_slots::{AdaptiveCounters, SlotsCounters, WorkloadSlots};
 use slotring_throttle::{ThrottleCounters, WorkloadCounters};
 use slotring_uring::UringCounters;
 
@@ -115,6 +116,10 @@ pub struct Snapshot {
     /// a tree). Exporters keep [`WORKLOAD_SERIES`] of them, see
     /// [`bounded_workloads`].
     pub workloads: Vec<WorkloadCounters>,
+    /// The CPU slots' workloads, parents first
+    /// ([`slotring_slots::ConcurrencyControl::workloads`]; empty without a
+    /// tree), bounded by [`bounded_workloads`] as the disk's are.
+    pub cpu_workloads: Vec<WorkloadSlots>,
 }
 
 /// The most workloads exported one series each (a tree comes from a
@@ -124,42 +129,109 @@ pub const WORKLOAD_SERIES: usize = 64;
 /// The name of the series that sums the leaf workloads not exported by name.
 pub const OTHER_WORKLOADS: &str = "other";
 
-/// The workloads `/metrics` shows: the first `n` of `all` (the tree's
-/// order, parents before children, so a workload shown has its ancestors
-/// shown) other than one named [`OTHER_WORKLOADS`], then, if any leaf is
-/// left out, one [`OTHER_WORKLOADS`] entry summing the leaves left out.
-/// Only leaves are summed: a node's counts cover its subtree and every
+/// One workload's numbers in a snapshot (the disk's [`WorkloadCounters`],
+/// the CPU slots' [`WorkloadSlots`]): what [`bounded_workloads`] needs to
+/// keep the first ones and sum the leaves left out.
+pub trait WorkloadSeries: Clone {
+    /// The workload's name (the `workload` label).
+    fn name(&self) -> &str;
+    /// Its parent's name (`None`: the root).
+    fn parent(&self) -> Option<&str>;
+    /// The [`OTHER_WORKLOADS`] entry before any leaf is added: no parent,
+    /// every count 0, no limit.
+    fn other() -> Self;
+    /// Add the counts of `leaf`, a leaf left out, to this
+    /// [`OTHER_WORKLOADS`] entry (saturating): sums, except that a peak is
+    /// the largest of the leaves'.
+    fn add_leaf(&mut self, leaf: &Self);
+}
+
+impl WorkloadSeries for WorkloadCounters {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn parent(&self) -> Option<&str> {
+        self.parent.as_deref()
+    }
+
+    fn other() -> Self {
+        Self {
+            name: OTHER_WORKLOADS.to_owned(),
+            ..Self::default()
+        }
+    }
+
+    fn add_leaf(&mut self, w: &Self) {
+        self.bytes = self.bytes.saturating_add(w.bytes);
+        self.requests = self.requests.saturating_add(w.requests);
+        self.refunded_bytes = self.refunded_bytes.saturating_add(w.refunded_bytes);
+        self.queued = self.queued.saturating_add(w.queued);
+        self.in_flight_requests = self.in_flight_requests.saturating_add(w.in_flight_requests);
+        self.in_flight_bytes = self.in_flight_bytes.saturating_add(w.in_flight_bytes);
+        self.peak_in_flight_requests = self.peak_in_flight_requests.max(w.peak_in_flight_requests);
+        for (a, b) in self.wait_histogram.iter_mut().zip(&w.wait_histogram) {
+            *a = a.saturating_add(*b);
+        }
+    }
+}
+
+impl WorkloadSeries for WorkloadSlots {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn parent(&self) -> Option<&str> {
+        self.parent.as_deref()
+    }
+
+    fn other() -> Self {
+        Self {
+            name: OTHER_WORKLOADS.to_owned(),
+            parent: None,
+            max_concurrent_threads: None,
+            held: 0,
+            borrowed: 0,
+            parked: 0,
+            allocations: 0,
+            grants: 0,
+            borrows: 0,
+            preemptions: 0,
+            slot_ns: 0,
+        }
+    }
+
+    fn add_leaf(&mut self, w: &Self) {
+        self.held = self.held.saturating_add(w.held);
+        self.borrowed = self.borrowed.saturating_add(w.borrowed);
+        self.parked = self.parked.saturating_add(w.parked);
+        self.allocations = self.allocations.saturating_add(w.allocations);
+        self.grants = self.grants.saturating_add(w.grants);
+        self.borrows = self.borrows.saturating_add(w.borrows);
+        self.preemptions = self.preemptions.saturating_add(w.preemptions);
+        self.slot_ns = self.slot_ns.saturating_add(w.slot_ns);
+    }
+}
+
+/// The workloads `/metrics` shows, of either kind: the first `n` of `all`
+/// (the tree's order, parents before children, so a workload shown has its
+/// ancestors shown) other than one named [`OTHER_WORKLOADS`], then, if any
+/// leaf is left out, one [`OTHER_WORKLOADS`] entry summing the leaves left
+/// out. Only leaves are summed: a node's counts cover its subtree and every
 /// request enters one leaf, so nothing is counted twice (its in-flight
 /// counts are the leaves' own, where they limit them; its peak the largest
 /// of theirs).
-pub fn bounded_workloads(all: &[WorkloadCounters], n: usize) -> Vec<WorkloadCounters> {
-    let mut shown: Vec<WorkloadCounters> = Vec::new();
-    let mut other: Option<WorkloadCounters> = None;
-    let is_leaf = |w: &WorkloadCounters| {
-        !all.iter()
-            .any(|c| c.parent.as_deref() == Some(w.name.as_str()))
-    };
+pub fn bounded_workloads<W: WorkloadSeries>(all: &[W], n: usize) -> Vec<W> {
+    let mut shown: Vec<W> = Vec::new();
+    let mut other: Option<W> = None;
+    let is_leaf = |w: &W| !all.iter().any(|c| c.parent() == Some(w.name()));
     for w in all {
-        if shown.len() < n && w.name != OTHER_WORKLOADS {
+        if shown.len() < n && w.name() != OTHER_WORKLOADS {
             shown.push(w.clone());
             continue;
         }
-        if !is_leaf(w) {
-            continue;
-        }
-        let o = other.get_or_insert_with(|| WorkloadCounters {
-            name: OTHER_WORKLOADS.to_owned(),
-            ..WorkloadCounters::default()
-        });
-        o.bytes = o.bytes.saturating_add(w.bytes);
-        o.requests = o.requests.saturating_add(w.requests);
-        o.refunded_bytes = o.refunded_bytes.saturating_add(w.refunded_bytes);
-        o.queued = o.queued.saturating_add(w.queued);
-        o.in_flight_requests = o.in_flight_requests.saturating_add(w.in_flight_requests);
-        o.in_flight_bytes = o.in_flight_bytes.saturating_add(w.in_flight_bytes);
-        o.peak_in_flight_requests = o.peak_in_flight_requests.max(w.peak_in_flight_requests);
-        for (a, b) in o.wait_histogram.iter_mut().zip(&w.wait_histogram) {
-            *a = a.saturating_add(*b);
+        if is_leaf(w) {
+            other.get_or_insert_with(W::other).add_leaf(w);
         }
     }
     shown.extend(other);
@@ -270,7 +342,99 @@ mod tests {
         let shown = bounded_workloads(&named, 10);
         assert_eq!(names(&shown), ["all", "other"]);
         assert_eq!(shown[1].parent, None, "the sum of the leaves left out");
-        assert!(bounded_workloads(&[], 4).is_empty());
+        assert!(bounded_workloads::<WorkloadCounters>(&[], 4).is_empty());
+    }
+
+    #[test]
+    fn bounded_cpu_workloads_sum_the_leaves_left_out_and_no_inner_node() {
+        let w = |name: &str, parent: Option<&str>, n: u64| WorkloadSlots {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            max_concurrent_threads: Some(4),
+            held: n,
+            borrowed: n,
+            parked: n,
+            allocations: n,
+            grants: n,
+            borrows: n,
+            preemptions: n,
+            slot_ns: n,
+        };
+        // all -> a -> a0, a1 (leaves), all -> b (leaf); a node's counts
+        // cover its subtree.
+        let all = vec![
+            w("all", None, 111),
+            w("a", Some("all"), 110),
+            w("b", Some("all"), 1),
+            w("a0", Some("a"), 10),
+            w("a1", Some("a"), 100),
+        ];
+        let names = |v: &[WorkloadSlots]| v.iter().map(|w| w.name.clone()).collect::<Vec<_>>();
+        assert_eq!(bounded_workloads(&all, 5), all, "all fit: no `other`");
+        let two = bounded_workloads(&all, 2);
+        assert_eq!(names(&two), ["all", "a", "other"]);
+        assert_eq!(
+            two[2],
+            WorkloadSlots {
+                name: "other".into(),
+                parent: None,
+                max_concurrent_threads: None,
+                ..w("", None, 111)
+            },
+            "b, a0 and a1, once each, in every count"
+        );
+    }
+
+    #[test]
+    fn a_controls_cpu_workloads_name_their_parents_so_other_sums_its_leaves() {
+        use slotring_slots::{ConcurrencyControl, Scheduler};
+        use slotring_throttle::{WorkloadSpec, WorkloadTree};
+        let tree = WorkloadTree::new(vec![
+            WorkloadSpec::new("all"),
+            WorkloadSpec::new("a").parent("all"),
+            WorkloadSpec::new("b").parent("all"),
+            WorkloadSpec::new("a0").parent("a"),
+            WorkloadSpec::new("a1").parent("a"),
+        ])
+        .unwrap();
+        let cc = ConcurrencyControl::with_workloads(&tree);
+        // Round robin: every slot competes, so each grant is the tree's.
+        cc.set_scheduler(Scheduler::RoundRobin);
+        let allocs: Vec<_> = [("a0", 1), ("a1", 2), ("b", 3)]
+            .into_iter()
+            .map(|(leaf, n)| cc.allocate_in(leaf, 0, n).unwrap())
+            .collect();
+        let all = cc.workloads();
+        let parents: Vec<_> = all
+            .iter()
+            .map(|w| (w.name.as_str(), w.parent.as_deref()))
+            .collect();
+        assert_eq!(
+            parents,
+            [
+                ("all", None),
+                ("a", Some("all")),
+                ("b", Some("all")),
+                ("a0", Some("a")),
+                ("a1", Some("a")),
+            ]
+        );
+        let two = bounded_workloads(&all, 2);
+        assert_eq!(
+            two.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(),
+            ["all", "a", "other"]
+        );
+        assert_eq!(
+            (
+                two[0].grants,
+                two[2].grants,
+                two[2].held,
+                two[2].allocations
+            ),
+            (6, 6, 6, 3),
+            "other: b, a0 and a1, not a"
+        );
+        drop(allocs);
     }
 
     #[test]

@@ -394,7 +394,8 @@ pub struct Report {
     /// Per throttler (without `local_read` when a workload tree
     /// schedules the reads).
     pub throttlers: Vec<ThrottlerReport>,
-    /// The disk's workload tree, with `--workloads`.
+    /// The workload tree (the disk's reads and the CPU slots), with
+    /// `--workloads`.
     pub workloads: Option<WorkloadsReport>,
     /// The engine.
     pub io: IoReport,

@@ -1,21 +1,18 @@
 //! The report's workload section (`slotring run --workloads FILE`): the
-//! disk's tree, which leaves the queries entered, and what each workload
-//! was given.
+//! tree, which leaves the queries entered, and what each workload was
+//! given of the disk and of the CPU slots.
 
 use std::fmt;
 
 use serde::Serialize;
+use slotring::slots::WorkloadSlots;
 use slotring::throttle::{
     WORKLOAD_WAIT_BUCKETS, WorkloadCounters, WorkloadSpec, workload_wait_bucket_bound,
 };
 
 use crate::config::RootCap;
 
-/// The disk's workload tree over the run.
-///
-/// The IO resource only: CPU slot-seconds per workload belong beside
-/// [`WorkloadsReport::io`], as a `cpu` list, once the slot budget schedules
-/// by the same tree.
+/// The workload tree over the run: the disk's reads and the CPU slots.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct WorkloadsReport {
     /// The workloads file.
@@ -30,6 +27,46 @@ pub struct WorkloadsReport {
     pub root_bytes_per_s: Option<u64>,
     /// One entry per workload, the tree's order (parents first).
     pub io: Vec<WorkloadIoReport>,
+    /// Each workload's CPU slots, the tree's order (empty when the tree
+    /// schedules no slots).
+    pub cpu: Vec<WorkloadCpuReport>,
+}
+
+/// One workload's CPU slots. Counts of a workload cover its subtree.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WorkloadCpuReport {
+    /// Its name.
+    pub name: String,
+    /// Its `max_concurrent_threads` (`None`: no limit).
+    pub max_concurrent_threads: Option<u64>,
+    /// Slot time, seconds: how long its competing slots counted, unparked
+    /// (a fair scheduler's `min` slot counts nowhere).
+    pub slot_s: f64,
+    /// Its share of the root's slot time, percent.
+    pub share_pct: f64,
+    /// Slots granted through it.
+    pub grants: u64,
+    /// Yields its holders promised because a waiting workload of higher
+    /// priority outranked it.
+    pub preemptions: u64,
+}
+
+impl WorkloadCpuReport {
+    /// The entries of a control's workloads `all` (parents first, so the
+    /// first is the root, whose slot time is every slot's).
+    pub fn of_tree(all: &[WorkloadSlots]) -> Vec<Self> {
+        let root_ns = all.first().map_or(0, |w| w.slot_ns);
+        all.iter()
+            .map(|w| Self {
+                name: w.name.clone(),
+                max_concurrent_threads: w.max_concurrent_threads,
+                slot_s: w.slot_ns as f64 / 1e9,
+                share_pct: 100.0 * w.slot_ns as f64 / root_ns.max(1) as f64,
+                grants: w.grants,
+                preemptions: w.preemptions,
+            })
+            .collect()
+    }
 }
 
 /// One workload's share of the disk. Counts of a workload cover its subtree.
@@ -168,6 +205,28 @@ impl fmt::Display for WorkloadsReport {
                 wait(w.wait_p99_s, w.requests),
             )?;
         }
+        if self.cpu.is_empty() {
+            return Ok(());
+        }
+        writeln!(
+            f,
+            "\nworkloads' CPU slots: the same tree schedules them, in the same leaves"
+        )?;
+        writeln!(
+            f,
+            "  {:<16} {:>8} {:>10} {:>6} {:>9} {:>11}",
+            "workload", "max thr", "slot-s", "share", "grants", "preemptions"
+        )?;
+        for w in &self.cpu {
+            let max = w
+                .max_concurrent_threads
+                .map_or_else(|| "-".to_owned(), |m| m.to_string());
+            writeln!(
+                f,
+                "  {:<16} {:>8} {:>10.2} {:>5.1}% {:>9} {:>11}",
+                w.name, max, w.slot_s, w.share_pct, w.grants, w.preemptions
+            )?;
+        }
         Ok(())
     }
 }
@@ -192,6 +251,72 @@ mod tests {
             (wait(Some(1024e-6), 1), wait(None, 1), wait(None, 0)),
             ("<=1.0ms".into(), ">1s".into(), "-".into())
         );
+    }
+
+    #[test]
+    fn a_workloads_cpu_entry_is_its_slot_time_and_its_share_of_the_roots() {
+        let w = |name: &str, parent: Option<&str>, slot_ns: u64, grants: u64| WorkloadSlots {
+            name: name.into(),
+            parent: parent.map(Into::into),
+            max_concurrent_threads: (name == "background").then_some(2),
+            held: 0,
+            borrowed: 0,
+            parked: 0,
+            allocations: 0,
+            grants,
+            borrows: 0,
+            preemptions: u64::from(name == "background") * 7,
+            slot_ns,
+        };
+        let cpu = WorkloadCpuReport::of_tree(&[
+            w("all", None, 4_000_000_000, 12),
+            w("user", Some("all"), 1_000_000_000, 9),
+            w("background", Some("all"), 3_000_000_000, 3),
+        ]);
+        let got: Vec<_> = cpu
+            .iter()
+            .map(|c| {
+                (
+                    c.name.as_str(),
+                    c.max_concurrent_threads,
+                    c.slot_s,
+                    c.share_pct,
+                    c.grants,
+                    c.preemptions,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("all", None, 4.0, 100.0, 12, 0),
+                ("user", None, 1.0, 25.0, 9, 0),
+                ("background", Some(2), 3.0, 75.0, 3, 7),
+            ]
+        );
+        assert!(WorkloadCpuReport::of_tree(&[]).is_empty());
+        // The text: the disk's table, then the CPU's, apart.
+        let r = WorkloadsReport {
+            file: "w.toml".into(),
+            queries: "user".into(),
+            scans: "background".into(),
+            root_cap: RootCap::None,
+            root_bytes_per_s: None,
+            io: Vec::new(),
+            cpu,
+        };
+        let text = r.to_string();
+        let cpu_table = text.split("\nworkloads' CPU slots").nth(1).expect(&text);
+        assert!(
+            cpu_table
+                .contains("  background              2       3.00  75.0%         3           7\n"),
+            "{text}"
+        );
+        let no_cpu = WorkloadsReport {
+            cpu: Vec::new(),
+            ..r
+        };
+        assert!(!no_cpu.to_string().contains("CPU slots"));
     }
 
     #[test]

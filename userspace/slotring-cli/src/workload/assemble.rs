@@ -84,7 +84,10 @@ pub(super) fn report(f: Finished<'_>) -> Report {
                 f.write_debt_at_end,
             )])
             .collect(),
-        workloads: live.disk.as_ref().map(|d| d.report(f.elapsed_s)),
+        workloads: live
+            .disk
+            .as_ref()
+            .map(|d| d.report(f.elapsed_s, &live.cc.workloads())),
         data_file: f.data_file,
         io: io_report(
             &live.engines.total(),

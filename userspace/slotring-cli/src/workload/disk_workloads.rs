@@ -1,6 +1,7 @@
-//! The disk's workload tree of a run with `--workloads`: the scheduler of
+//! The workload tree of a run with `--workloads`: the scheduler of
 //! [`Resource::Io`] that replaces `local_read` for the queries' reads, the
-//! two leaves they enter, and the stop-aware wait for a cap's debt.
+//! two leaves the queries enter (for their reads and their CPU slots), and
+//! the stop-aware wait for a cap's debt.
 //!
 //! # The mapping
 //!
@@ -14,6 +15,21 @@
 //! workload, as for `local_read`). The data file is written through
 //! `local_write`, as without a tree.
 //!
+//! # CPU slots
+//!
+//! The same tree schedules the run's CPU slots
+//! ([`ConcurrencyControl::with_workloads`](slotring::slots::ConcurrencyControl::with_workloads),
+//! built by `setup::slots`): every query's allocation enters the same leaf
+//! as its reads, so `max_concurrent_threads`, priorities and weights decide
+//! who gets a free slot. A scan asks for `1..=width` slots, as without a
+//! tree: its first slot is a `min`, which the fair schedulers grant at once
+//! outside the budget, so no scan starves; the rest are the tree's. A short
+//! query asks for `0..=1`: its one slot is the tree's (a `min` would bypass
+//! it), so a priority-0 query is granted the next free slot and an
+//! outranked scan thread holding one is told to yield at its next
+//! checkpoint between reads (`AcquiredSlot::should_yield`), where it
+//! releases the slot and asks for it again.
+//!
 //! # Stopping
 //!
 //! A cap's debt longer than [`MAX_BLOCK`](super::setup::MAX_BLOCK) is
@@ -24,6 +40,7 @@
 
 use std::time::Duration;
 
+use slotring::slots::WorkloadSlots;
 use slotring::throttle::{
     Resource, ThrottlePtr, WorkloadCounters, WorkloadScheduler, WorkloadTree,
 };
@@ -31,7 +48,7 @@ use slotring::throttle::{
 use super::RunError;
 use super::waits::{debt_time, wait_out};
 use crate::config::{IoWorkloads, RootCap};
-use crate::report::{QueryKind, WorkloadIoReport, WorkloadsReport};
+use crate::report::{QueryKind, WorkloadCpuReport, WorkloadIoReport, WorkloadsReport};
 
 /// One leaf the queries enter: its throttle and the capped workloads on
 /// its path (name, bytes/s), leaf first.
@@ -94,6 +111,17 @@ impl DiskWorkloads {
         }
     }
 
+    /// The tree the run is scheduled by (the file's, with the root's cap
+    /// settled).
+    pub fn tree(&self) -> &WorkloadTree {
+        &self.io.tree
+    }
+
+    /// The leaf a query of `kind` enters, for its reads and its CPU slots.
+    pub fn leaf_name(&self, kind: QueryKind) -> &str {
+        &self.leaf(kind).name
+    }
+
     /// The throttle a query of `kind` reads through: its leaf.
     pub fn throttle(&self, kind: QueryKind) -> &ThrottlePtr {
         &self.leaf(kind).throttle
@@ -129,8 +157,10 @@ impl DiskWorkloads {
             .map_or(0, |c| c.bytes.saturating_sub(c.refunded_bytes))
     }
 
-    /// The report's section, over `elapsed_s` seconds of queries.
-    pub fn report(&self, elapsed_s: f64) -> WorkloadsReport {
+    /// The report's section, over `elapsed_s` seconds of queries, with the
+    /// CPU slots' workloads `cpu` (the control's, parents first; empty when
+    /// the tree schedules no slots).
+    pub fn report(&self, elapsed_s: f64, cpu: &[WorkloadSlots]) -> WorkloadsReport {
         let root_bytes = self.disk_bytes();
         let io = self
             .counters()
@@ -150,6 +180,7 @@ impl DiskWorkloads {
                 _ => self.io.tree.specs()[0].max_bytes_per_second,
             },
             io,
+            cpu: WorkloadCpuReport::of_tree(cpu),
         }
     }
 }
@@ -192,7 +223,7 @@ mod tests {
         // The short queries' path has no cap: nothing to wait for.
         assert_eq!(d.pay_debt(QueryKind::Short, &|| false), Duration::ZERO);
         assert_eq!(d.disk_bytes(), 10 << 20);
-        let r = d.report(1.0);
+        let r = d.report(1.0, &[]);
         assert_eq!((r.root_cap, r.root_bytes_per_s), (RootCap::None, None));
         assert_eq!(
             r.io.iter().map(|w| w.name.as_str()).collect::<Vec<_>>(),

@@ -15,8 +15,8 @@
 //!    who runs next. While a read waits (throttle timeout SQE and the IO),
 //!    the engine parks the lease: its slot stops counting and may go to a
 //!    waiter. With `--workloads FILE` the reads are scheduled by the
-//!    file's tree instead of `local_read` (`disk_workloads`: scans enter
-//!    one leaf, short queries another).
+//!    file's tree instead of `local_read`, and so are the CPU slots
+//!    (`disk_workloads`: scans enter one leaf, short queries another).
 //! 3. Every `short_query_interval` a short query starts: one slot, four
 //!    64 KiB reads of the file's first 16 MiB (soon page-cache hits, which
 //!    the block-device throttler does not charge) with CPU work between.
@@ -176,7 +176,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         .as_ref()
         .map(disk_workloads::DiskWorkloads::new)
         .transpose()?;
-    let cc = setup::slots(cfg);
+    let cc = setup::slots(cfg, disk.as_ref().map(disk_workloads::DiskWorkloads::tree));
     // `/metrics` from here on: the data file's paced write is throttled IO
     // worth watching too.
     let published = sampler::Published::default();
@@ -203,6 +203,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         bpf: bpf.as_ref(),
         adaptive: adaptive.as_ref(),
         disk: disk.as_ref(),
+        cc: &cc,
     };
     // Set once the file is written: it carries no data (`Relaxed`).
     let created = AtomicBool::new(false);
@@ -210,7 +211,7 @@ pub fn run(cfg: &RunConfig, opts: &RunOptions) -> Result<Report, RunError> {
         let publisher = std::thread::Builder::new()
             .name("publish".into())
             .spawn_scoped(s, || {
-                published.until(&source, &cc, &engines, &|| {
+                published.until(&source, &engines, &|| {
                     created.load(Ordering::Relaxed) || stopping()
                 });
             });

@@ -101,12 +101,15 @@ pub(super) struct Source<'a> {
     pub adaptive: Option<&'a AdaptiveBudget>,
     /// The disk's workload tree, when there is one.
     pub disk: Option<&'a DiskWorkloads>,
+    /// The CPU slot budget (its workloads too, when a tree schedules it).
+    pub cc: &'a ConcurrencyControl,
 }
 
 impl Published {
     /// Publish one sample: to the BPF maps and as the snapshot `/metrics`
-    /// renders (`read` is `source.read`'s counters and `workloads` its
-    /// tree's, read by the caller with the rest of its sample).
+    /// renders (`read` is `source.read`'s counters and `workloads` the
+    /// disk tree's, read by the caller with the rest of its sample; the CPU
+    /// workloads are `source.cc`'s now).
     fn publish(
         &self,
         source: &Source<'_>,
@@ -141,25 +144,20 @@ impl Published {
             tenants,
             adaptive: source.adaptive.map(AdaptiveBudget::status),
             workloads,
+            cpu_workloads: source.cc.workloads(),
         };
     }
 
     /// Publish a sample every [`SAMPLE_PERIOD`] until `done()`: while the
     /// data file is created, before the queries and their sampler exist.
-    pub fn until(
-        &self,
-        source: &Source<'_>,
-        cc: &ConcurrencyControl,
-        engines: &Engines,
-        done: &dyn Fn() -> bool,
-    ) {
+    pub fn until(&self, source: &Source<'_>, engines: &Engines, done: &dyn Fn() -> bool) {
         loop {
             let read = source.read.counters();
             let workloads = source.disk.map(DiskWorkloads::counters).unwrap_or_default();
             self.publish(
                 source,
                 read,
-                cc.counters(),
+                source.cc.counters(),
                 engines.total(),
                 Vec::new(),
                 workloads,
@@ -338,6 +336,7 @@ impl<'a> Sampler<'a> {
             bpf: self.bpf,
             adaptive: self.adaptive,
             disk: live.disk.as_ref(),
+            cc: &live.cc,
         };
         self.published
             .publish(&source, rc, slots, uring, tenants, workloads);

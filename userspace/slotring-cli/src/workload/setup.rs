@@ -11,7 +11,7 @@ use std::time::Duration;
 use indicatif::ProgressBar;
 use slotring::bpf::{AdaptiveBudget, BpfConfig, Owner, SlotringBpf};
 use slotring::slots::{AdaptiveConfig, ConcurrencyControl};
-use slotring::throttle::{ThrottlePtr, Throttler};
+use slotring::throttle::{ThrottlePtr, Throttler, WorkloadTree};
 use slotring::uring::{UringError, UringFile};
 
 use super::RunError;
@@ -452,9 +452,11 @@ pub(super) fn throttlers(cfg: &RunConfig) -> Result<(Arc<Throttler>, Arc<Throttl
     ))
 }
 
-/// The CPU slot budget from ClickHouse's settings and this machine's cores.
-pub(super) fn slots(cfg: &RunConfig) -> ConcurrencyControl {
-    let cc = ConcurrencyControl::new();
+/// The CPU slot budget from ClickHouse's settings and this machine's cores,
+/// scheduled by the run's workload tree when there is one (`tree`: every
+/// allocation then enters a leaf of it, see `disk_workloads`).
+pub(super) fn slots(cfg: &RunConfig, tree: Option<&WorkloadTree>) -> ConcurrencyControl {
+    let cc = tree.map_or_else(ConcurrencyControl::new, ConcurrencyControl::with_workloads);
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     cc.set_max_concurrency(ConcurrencyControl::max_concurrency_from_settings(
         cfg.concurrent_threads_soft_limit_num,

@@ -193,6 +193,15 @@ impl Live {
         buf
     }
 
+    /// A query of `kind`'s allocation of `min..=max` slots: in its leaf of
+    /// the run's workload tree when there is one.
+    fn allocate(&self, kind: QueryKind, min: u64, max: u64) -> Result<Allocation, SlotsError> {
+        match &self.disk {
+            Some(d) => self.cc.allocate_in(d.leaf_name(kind), min, max),
+            None => self.cc.allocate(min, max),
+        }
+    }
+
     fn add_query(&self, id: u32, kind: QueryKind, tenant: Option<Tenant>) -> Arc<QueryState> {
         let q = QueryState::new(id, kind, tenant);
         lock(&self.queries).push(q.clone());
@@ -246,8 +255,7 @@ pub(super) fn start(live: &Arc<Live>, progress: &mut Progress) -> Result<Workers
         let q = live.add_query(i + 1, QueryKind::Scan, tenant.clone());
         scans.push(q.clone());
         let alloc = live
-            .cc
-            .allocate(1, u64::from(width))
+            .allocate(QueryKind::Scan, 1, u64::from(width))
             .map_err(|source| RunError::Slots {
                 scan: i + 1,
                 source,
@@ -440,7 +448,12 @@ fn spawn_shorts(live: &Arc<Live>, mut id: u32) -> Vec<JoinHandle<()>> {
 /// `SHORT_REGION` bytes with half the CPU work of a scan between them.
 fn short_query(live: &Live, q: &QueryState, seed: u64) {
     let run = || -> Option<()> {
-        let alloc = live.cc.allocate(1, 1).ok()?;
+        // Its one slot: a `min` without a tree (the fair schedulers grant it
+        // at once, outside the budget), requested from the tree with one
+        // (so the tree's priority, weight and `max_concurrent_threads`
+        // decide it, and a lower-priority holder is told to yield).
+        let min = u64::from(live.disk.is_none());
+        let alloc = live.allocate(QueryKind::Short, min, 1).ok()?;
         let t0 = Instant::now();
         // At most SHORT_SLOT_WAIT in all, one stop slice at a time.
         let slot = loop {
