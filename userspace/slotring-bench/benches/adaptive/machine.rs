@@ -262,6 +262,36 @@ pub(crate) fn plain_between(s: &[PlainSample], from: Instant, to: Instant) -> (u
     }
 }
 
+/// The window rule of [`plain_between`] and [`share_of`], checked before
+/// every run (a bench has no test harness): samples outside the window do
+/// not count, a window holding fewer than two samples is empty, and the
+/// share is of the sums.
+pub(crate) fn check_plain_window_rule() {
+    let t0 = Instant::now();
+    let at = |ms: u64, cpu_ns: u64, runq_ns: u64| PlainSample {
+        at: t0 + Duration::from_millis(ms),
+        cpu_ns,
+        runq_ns,
+    };
+    // Setup before 100 ms and teardown after 300 ms are heavily queued.
+    let s = [
+        at(0, 0, 0),
+        at(100, 10, 90),
+        at(200, 100, 100),
+        at(300, 190, 110),
+        at(400, 200, 200),
+    ];
+    let ms = |m| t0 + Duration::from_millis(m);
+    assert_eq!(plain_between(&s, ms(50), ms(350)), (20, 180));
+    assert_eq!(plain_between(&s, ms(150), ms(250)), (0, 0));
+    assert_eq!(plain_all(&s), (200, 200));
+    assert_eq!(
+        share_of(&[(20, 180), (0, 0), (30, 70)]),
+        50.0 * 100.0 / 300.0
+    );
+    assert_eq!(share_of(&[]), 0.0);
+}
+
 /// `(run-queue ns, on-CPU ns)` over all of the plain thread's life.
 pub(crate) fn plain_all(s: &[PlainSample]) -> (u64, u64) {
     match (s.first(), s.last()) {

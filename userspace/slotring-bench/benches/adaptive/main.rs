@@ -113,6 +113,7 @@ pub(crate) fn unit() {
 
 fn main() {
     check_best_static_rule();
+    check_plain_window_rule();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cg = match cgroups() {
         Ok(c) => Some(c),
