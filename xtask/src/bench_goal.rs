@@ -2,7 +2,10 @@
 //! and judged against a suite's values.
 //!
 //! Forms: `<= N`, `>= N`, `N +- M` (within M of N), `<= F x KEY` and
-//! `>= F x KEY` (against F times another key of the same suite).
+//! `>= F x KEY` (against F times another key of the same suite), `<= KEY + N`
+//! and `>= KEY + N` (against another key plus N, for goals on a share in
+//! percentage points above a floor). A key may carry several goals: each
+//! is one row of `bench_goals.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -31,6 +34,10 @@ pub(crate) enum Goal {
     AtMostTimes(f64, String),
     /// The value is at least `factor` times the other key's.
     AtLeastTimes(f64, String),
+    /// The value is at most the other key's plus `margin`.
+    AtMostPlus(String, f64),
+    /// The value is at least the other key's plus `margin`.
+    AtLeastPlus(String, f64),
 }
 
 /// What a goal makes of a value.
@@ -88,8 +95,21 @@ impl Goal {
         } else if let Some(r) = e.strip_prefix(">=") {
             (false, r)
         } else {
-            bail!("goal `{expr}`: not `<= N`, `>= N`, `N +- M`, `<= F x KEY` or `>= F x KEY`");
+            bail!(
+                "goal `{expr}`: not `<= N`, `>= N`, `N +- M`, `<= F x KEY`, `>= F x KEY`, `<= KEY + N` or `>= KEY + N`"
+            );
         };
+        if let Some((key, margin)) = rest.split_once(" + ") {
+            let key = key.trim();
+            if !is_key(key) {
+                bail!("goal `{expr}`: `{key}` is not a bench key");
+            }
+            let margin = number(margin, expr)?;
+            return Ok(match at_most {
+                true => Self::AtMostPlus(key.to_owned(), margin),
+                false => Self::AtLeastPlus(key.to_owned(), margin),
+            });
+        }
         match rest.split_once(" x ") {
             Some((f, key)) => {
                 let key = key.trim();
@@ -116,7 +136,10 @@ impl Goal {
     /// The other key it is judged against, if any.
     pub(crate) fn other_key(&self) -> Option<&str> {
         match self {
-            Self::AtMostTimes(_, k) | Self::AtLeastTimes(_, k) => Some(k),
+            Self::AtMostTimes(_, k)
+            | Self::AtLeastTimes(_, k)
+            | Self::AtMostPlus(k, _)
+            | Self::AtLeastPlus(k, _) => Some(k),
             _ => None,
         }
     }
@@ -145,6 +168,14 @@ impl Goal {
                 Ok(b) => v >= b,
                 Err(n) => return n,
             },
+            Self::AtMostPlus(other, m) => match get(other) {
+                Ok(o) => v <= o + m,
+                Err(n) => return n,
+            },
+            Self::AtLeastPlus(other, m) => match get(other) {
+                Ok(o) => v >= o + m,
+                Err(n) => return n,
+            },
         };
         if met { Verdict::Met } else { Verdict::Missed }
     }
@@ -160,6 +191,8 @@ impl fmt::Display for Goal {
             Self::Within { target, tolerance } => write!(f, "{target} ± {tolerance}"),
             Self::AtMostTimes(x, k) => write!(f, "≤ {x} × `{k}`"),
             Self::AtLeastTimes(x, k) => write!(f, "≥ {x} × `{k}`"),
+            Self::AtMostPlus(k, m) => write!(f, "≤ `{k}` + {m}"),
+            Self::AtLeastPlus(k, m) => write!(f, "≥ `{k}` + {m}"),
         }
     }
 }
@@ -195,6 +228,18 @@ mod tests {
             Goal::parse(">= 1 x verdict_partial_threads").unwrap(),
             Goal::AtLeastTimes(1.0, "verdict_partial_threads".into())
         );
+        assert_eq!(
+            Goal::parse("<= floor_runq_share_pct_hog + 10").unwrap(),
+            Goal::AtMostPlus("floor_runq_share_pct_hog".into(), 10.0)
+        );
+        assert_eq!(
+            Goal::parse(">= k2 + 0.5").unwrap(),
+            Goal::AtLeastPlus("k2".into(), 0.5)
+        );
+        assert_eq!(
+            Goal::parse("<= floor_x + 10").unwrap().to_string(),
+            "≤ `floor_x` + 10"
+        );
     }
 
     #[test]
@@ -205,6 +250,10 @@ mod tests {
             "<= x",
             "<= 1 x",
             "<= 1 x Not_A_Key",
+            "<= Not_A_Key + 10",
+            "<= k + ten",
+            "<= k + nan",
+            "<= + 10",
             "1 +- -2",
             "<= nan",
             "",
@@ -229,6 +278,10 @@ mod tests {
         assert_eq!(judge("<= 1.5 x o", &ratio(15.1, 10.0)), Missed);
         assert_eq!(judge(">= 1 x o", &ratio(4.0, 4.0)), Met);
         assert_eq!(judge(">= 1 x o", &ratio(3.0, 4.0)), Missed);
+        assert_eq!(judge("<= o + 10", &ratio(30.0, 20.0)), Met);
+        assert_eq!(judge("<= o + 10", &ratio(30.1, 20.0)), Missed);
+        assert_eq!(judge(">= o + 0.5", &ratio(4.5, 4.0)), Met);
+        assert_eq!(judge(">= o + 0.5", &ratio(4.4, 4.0)), Missed);
     }
 
     #[test]
@@ -238,6 +291,8 @@ mod tests {
         assert!(not(judge("<= 1", &[("k", None)])));
         assert!(not(judge("<= 1 x o", &[("k", Some(1.0))])));
         assert!(not(judge(">= 1 x o", &[("k", Some(1.0)), ("o", None)])));
+        assert!(not(judge("<= o + 10", &[("k", Some(1.0))])));
+        assert!(not(judge(">= o + 1", &[("k", Some(1.0)), ("o", None)])));
         assert_eq!(
             judge("<= 1 x o", &[("k", Some(1.0))]),
             Verdict::NotJudged("no `o`".into())

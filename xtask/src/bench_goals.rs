@@ -39,6 +39,16 @@ const fn gb(
     }
 }
 
+/// A key without a goal, shown beside the key it is read against.
+const fn context(key: &'static str, baseline: &'static str, meaning: &'static str) -> KeyGoal {
+    KeyGoal {
+        key,
+        goal: None,
+        baseline: Some(baseline),
+        meaning,
+    }
+}
+
 const fn info(key: &'static str, meaning: &'static str) -> KeyGoal {
     KeyGoal {
         key,
@@ -362,16 +372,62 @@ const E2E: &[KeyGoal] = &[
     ),
 ];
 
+/// Issue 28's goals, each its own row (a key with several goals has several
+/// rows). No regression on (a), (b) in both cgroups and (c); near the best
+/// static budget of the sweep on (a) and (c); near the floor on (a) and on
+/// (b) in its own cgroup, where the floor is the short queries alone (no
+/// scan) and one plain CPU-bound thread beside the same hog. On (b) in the
+/// hog's cgroup, work is a documented trade-off: reported, not judged.
 const ADAPTIVE: &[KeyGoal] = &[
     g(
         "adapt_short_p99_ms_cpu",
+        "<= 1.1 x static_short_p99_ms_cpu",
+        "(a) CPU-bound: short queries' p99, adaptive against static (no regression)",
+    ),
+    g(
+        "adapt_short_p99_ms_cpu",
+        "<= 1.2 x best_static_short_p99_ms_cpu",
+        "(a) short queries' p99 against the best static budget of the sweep",
+    ),
+    g(
+        "adapt_short_p99_ms_cpu",
         "<= 0.5 x static_short_p99_ms_cpu",
-        "(a) CPU-bound: short queries' p99, adaptive against static (issue 28: near the floor)",
+        "(a) short queries' p99 against static (near the floor)",
+    ),
+    g(
+        "adapt_work_per_s_cpu",
+        ">= 0.95 x static_work_per_s_cpu",
+        "(a) scan work per s, adaptive against static (no regression)",
     ),
     g(
         "adapt_work_per_s_cpu",
         ">= 0.95 x best_static_work_per_s_cpu",
-        "(a) scan work per s, adaptive against the best static budget of the sweep",
+        "(a) scan work per s against the best static budget of the sweep",
+    ),
+    g(
+        "adapt_short_p99_ms_hog",
+        "<= 1.1 x static_short_p99_ms_hog",
+        "(b) a CPU hog in the workload's cgroup: short queries' p99, adaptive against static (no regression; work is reported, not judged)",
+    ),
+    g(
+        "adapt_short_p99_ms_hog_own_cgroup",
+        "<= 1.1 x static_short_p99_ms_hog_own_cgroup",
+        "(b) the hog in a sibling cgroup: short queries' p99, adaptive against static (no regression)",
+    ),
+    g(
+        "adapt_short_p99_ms_hog_own_cgroup",
+        "<= 1.5 x floor_short_p99_ms_hog_own_cgroup",
+        "(b) own cgroup: short queries' p99 against the short queries alone beside the same hog (near the floor)",
+    ),
+    g(
+        "adapt_work_per_s_hog_own_cgroup",
+        ">= 0.95 x static_work_per_s_hog_own_cgroup",
+        "(b) own cgroup: work per s, adaptive against static (no regression)",
+    ),
+    g(
+        "adapt_runq_share_pct_hog_own_cgroup",
+        "<= floor_runq_share_pct_hog_own_cgroup + 10",
+        "(b) own cgroup: run-queue share of running leases, % (near the floor: one plain thread beside the same hog)",
     ),
     g(
         "adapt_short_p99_ms_io",
@@ -379,35 +435,29 @@ const ADAPTIVE: &[KeyGoal] = &[
         "(c) IO-bound `slotring run`: short queries' p99, adaptive against static (no regression)",
     ),
     g(
+        "adapt_short_p99_ms_io",
+        "<= 1.2 x best_static_short_p99_ms_io",
+        "(c) short queries' p99 against the best static budget of the sweep",
+    ),
+    g(
         "adapt_work_per_s_io",
         ">= 0.95 x static_work_per_s_io",
-        "(c) scan MiB/s, adaptive against static",
+        "(c) scan MiB/s, adaptive against static (no regression)",
     ),
     g(
-        "adapt_short_p99_ms_hog",
-        "<= 1.1 x static_short_p99_ms_hog",
-        "(b) a CPU hog in the same cgroup: short queries' p99, adaptive against static",
-    ),
-    g(
-        "adapt_short_p99_ms_hog_own_cgroup",
-        "<= 1.1 x static_short_p99_ms_hog_own_cgroup",
-        "(b) the hog in a sibling cgroup: short queries' p99, adaptive against static",
-    ),
-    g(
-        "adapt_work_per_s_hog_own_cgroup",
-        ">= 0.95 x static_work_per_s_hog_own_cgroup",
-        "(b) the hog in a sibling cgroup: work per s, adaptive against static",
+        "adapt_work_per_s_io",
+        ">= 0.95 x best_static_work_per_s_io",
+        "(c) scan MiB/s against the best static budget of the sweep",
     ),
     g(
         "adapt_settle_s",
         "<= 3",
-        "seconds until the adaptive budget settles",
+        "seconds until the adaptive budget settles after the hog starts or stops, the worst run",
     ),
-    gb(
+    context(
         "adapt_runq_share_pct_cpu",
-        "<= 15",
         "floor_runq_share_pct_cpu",
-        "(a) run-queue share of running leases, adaptive, % (ADR 0008)",
+        "(a) run-queue share of running leases, adaptive, % (context; issue 28 sets no goal on it)",
     ),
 ];
 
@@ -441,8 +491,10 @@ mod tests {
                 }
                 assert!(!k.meaning.is_empty(), "{suite}.{}: no meaning", k.key);
                 assert!(
-                    keys[j + 1..].iter().all(|o| o.key != k.key),
-                    "{suite}.{} twice",
+                    keys[j + 1..]
+                        .iter()
+                        .all(|o| o.key != k.key || o.goal != k.goal),
+                    "{suite}.{} with the same goal twice",
                     k.key
                 );
             }

@@ -170,3 +170,35 @@ fn take_copies_a_suites_data_and_rejects_an_unknown_suite() {
     );
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn a_key_with_several_goals_gets_a_row_and_a_verdict_for_each() {
+    let root = fixture_root("several");
+    let d = read_suite(&root.join(DATA), "verdict").unwrap();
+    let goals = [
+        KeyGoal {
+            key: "verdict_partial_fails",
+            goal: Some(">= 1 x verdict_partial_threads"),
+            baseline: None,
+            meaning: "all partial",
+        },
+        KeyGoal {
+            key: "verdict_partial_fails",
+            goal: Some("<= verdict_false_fail + 2"),
+            baseline: None,
+            meaning: "near the false fails",
+        },
+    ];
+    let r = render_suite(&d, &goals).unwrap();
+    let t = &r.text;
+    for line in [
+        "| `verdict_partial_fails` | 4 | ≥ 1 × `verdict_partial_threads` | `verdict_partial_threads` = 4 | ✓ | all partial |",
+        "| `verdict_partial_fails` | 4 | ≤ `verdict_false_fail` + 2 | `verdict_false_fail` = 1 | ✗ | near the false fails |",
+        "Goals met: 1 of 2 judged (0 of 2 not judged: a value missing or null).",
+    ] {
+        assert!(t.lines().any(|l| l == line), "no line {line:?} in\n{t}");
+    }
+    assert_eq!(t.matches("| `verdict_partial_fails` |").count(), 2, "{t}");
+    assert_eq!((r.met, r.judged, r.goals), (1, 2, 2));
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -181,6 +181,9 @@ pub(crate) enum Mode {
     Fixed(u64),
     /// The adaptive loop (ceiling 2 × cores).
     Adaptive,
+    /// The floor: no scan, the short queries alone on their slots at the
+    /// static budget (`floor_short_p99_ms_*`; (c): `slotring run --scans 0`).
+    Floor,
 }
 
 /// Several phases as one (their sums; the short queries of all).
@@ -220,7 +223,8 @@ pub(crate) fn cpu_run(
         short_parts: Mutex::new(Vec::new()),
     });
     let mut threads = Vec::new();
-    for _ in 0..SCANS {
+    let scans = if mode == Mode::Floor { 0 } else { SCANS };
+    for _ in 0..scans {
         let alloc = Arc::new(cc.allocate(0, ceiling).unwrap());
         let max = Arc::new(AtomicU64::new(ceiling));
         for _ in 0..ceiling {

@@ -190,7 +190,7 @@ impl Drop for Hog {
     }
 }
 
-// ---- the physical floor of (b), without slotring -----------------------
+// ---- one plain CPU-bound thread: the run-queue floor ---------------------
 
 /// On-CPU and run-queue ns of one thread of this process (`schedstat`).
 pub(crate) fn schedstat(tid: nix::unistd::Pid) -> (u64, u64) {
@@ -200,49 +200,136 @@ pub(crate) fn schedstat(tid: nix::unistd::Pid) -> (u64, u64) {
     (it.next().unwrap_or(0), it.next().unwrap_or(0))
 }
 
-/// What a workload allows at best, with no slotring and no scan: one plain
-/// CPU-bound thread beside its load (`with`: a hog of `n` threads in a
-/// cgroup, for (b); none for (a): the machine's other work) — its
-/// run-queue share, from `schedstat` — and then the short queries alone
-/// beside it (their p99).
-pub(crate) fn physical_floor(with: Option<(usize, &Path)>) -> (f64, f64) {
-    let _hog = with.map(|(n, cg)| hog(n, cg));
-    std::thread::sleep(Duration::from_millis(300));
-    let stop = Arc::new(AtomicBool::new(false));
-    let st = stop.clone();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let t = std::thread::spawn(move || {
-        let tid = nix::unistd::gettid();
-        let (c0, r0) = schedstat(tid);
-        while !st.load(Ordering::Relaxed) {
-            unit();
+/// One sample of the plain thread's `schedstat`: when, on-CPU ns, run-queue ns.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlainSample {
+    pub(crate) at: Instant,
+    pub(crate) cpu_ns: u64,
+    pub(crate) runq_ns: u64,
+}
+
+/// One plain CPU-bound thread, no slotring: `floor_runq_share_pct_*` is its
+/// run-queue share beside a workload's load (the least any budget >= 1 can
+/// reach, one lease running alone). It samples its own `schedstat` every
+/// [`WINDOW`], so a caller can take the share over part of its life.
+pub(crate) struct Plain {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<PlainSample>>,
+}
+
+impl Plain {
+    pub(crate) fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let tid = nix::unistd::gettid();
+            let sample = || {
+                let (cpu_ns, runq_ns) = schedstat(tid);
+                PlainSample {
+                    at: Instant::now(),
+                    cpu_ns,
+                    runq_ns,
+                }
+            };
+            let mut v = vec![sample()];
+            while !st.load(Ordering::Relaxed) {
+                unit();
+                if v.last().is_some_and(|s| s.at.elapsed() >= WINDOW) {
+                    v.push(sample());
+                }
+            }
+            v.push(sample());
+            v
+        });
+        Self { stop, thread }
+    }
+
+    /// Stop it; its samples.
+    pub(crate) fn stop(self) -> Vec<PlainSample> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or_default()
+    }
+}
+
+/// `(run-queue ns, on-CPU ns)` of the plain thread between its first
+/// sample at or after `from` and its last at or before `to`.
+pub(crate) fn plain_between(s: &[PlainSample], from: Instant, to: Instant) -> (u64, u64) {
+    let first = s.iter().find(|p| p.at >= from);
+    let last = s.iter().rev().find(|p| p.at <= to);
+    match (first, last) {
+        (Some(a), Some(b)) if b.at > a.at => (b.runq_ns - a.runq_ns, b.cpu_ns - a.cpu_ns),
+        _ => (0, 0),
+    }
+}
+
+/// The window rule of [`plain_between`] and [`share_of`], checked before
+/// every run (a bench has no test harness): samples outside the window do
+/// not count, a window holding fewer than two samples is empty, and the
+/// share is of the sums.
+pub(crate) fn check_plain_window_rule() {
+    let t0 = Instant::now();
+    let at = |ms: u64, cpu_ns: u64, runq_ns: u64| PlainSample {
+        at: t0 + Duration::from_millis(ms),
+        cpu_ns,
+        runq_ns,
+    };
+    // Setup before 100 ms and teardown after 300 ms are heavily queued.
+    let s = [
+        at(0, 0, 0),
+        at(100, 10, 90),
+        at(200, 100, 100),
+        at(300, 190, 110),
+        at(400, 200, 200),
+    ];
+    let ms = |m| t0 + Duration::from_millis(m);
+    assert_eq!(plain_between(&s, ms(50), ms(350)), (20, 180));
+    assert_eq!(plain_between(&s, ms(150), ms(250)), (0, 0));
+    assert_eq!(plain_all(&s), (200, 200));
+    assert_eq!(
+        share_of(&[(20, 180), (0, 0), (30, 70)]),
+        50.0 * 100.0 / 300.0
+    );
+    assert_eq!(share_of(&[]), 0.0);
+}
+
+/// `(run-queue ns, on-CPU ns)` over all of the plain thread's life.
+pub(crate) fn plain_all(s: &[PlainSample]) -> (u64, u64) {
+    match (s.first(), s.last()) {
+        (Some(a), Some(b)) => (b.runq_ns - a.runq_ns, b.cpu_ns - a.cpu_ns),
+        _ => (0, 0),
+    }
+}
+
+/// Run-queue share, %, of `(run-queue ns, on-CPU ns)` sums.
+pub(crate) fn share_of(rq_cpu: &[(u64, u64)]) -> f64 {
+    let rq: u64 = rq_cpu.iter().map(|x| x.0).sum();
+    let cpu: u64 = rq_cpu.iter().map(|x| x.1).sum();
+    rq as f64 * 100.0 / (rq + cpu).max(1) as f64
+}
+
+/// The floor of (a)/(b) through the same engine as their measured runs: no
+/// scan, the short queries alone on their slots for [`FLOOR_SHORT_S`]
+/// after a warm-up of [`FLOOR_LEAD_S`] (their threads' start is not part of
+/// a floor; the hog `with` starts at its end and runs to the end), then one
+/// [`Plain`] thread beside the same load for [`FLOOR_PLAIN_S`]. The
+/// short-alone phase (its p99 is the floor), and the plain thread's
+/// `(run-queue ns, on-CPU ns)`.
+pub(crate) fn floor_run(bpf: &SlotringBpf, with: Option<(usize, &Path)>) -> (Phase, (u64, u64)) {
+    let lead = FLOOR_LEAD_S;
+    let events = [
+        lead,
+        lead + FLOOR_SHORT_S,
+        lead + FLOOR_SHORT_S + FLOOR_PLAIN_S,
+    ];
+    let (mut h, mut plain, mut rq) = (None, None, (0, 0));
+    let mut r = cpu_run(bpf, Mode::Floor, &events, |i| match i {
+        0 => h = with.map(|(n, cg)| hog(n, cg)),
+        1 => plain = Some(Plain::start()),
+        _ => {
+            rq = plain.take().map_or((0, 0), |p| plain_all(&p.stop()));
+            h = None;
         }
-        let (c1, r1) = schedstat(tid);
-        let _ = tx.send((c1 - c0, r1 - r0));
     });
-    std::thread::sleep(Duration::from_secs(2));
-    stop.store(true, Ordering::Relaxed);
-    let _ = t.join();
-    let (cpu, rq) = rx.recv().unwrap_or((1, 0));
-    let share = rq as f64 * 100.0 / (rq + cpu).max(1) as f64;
-    let sh = Arc::new(Shared {
-        stop: AtomicBool::new(false),
-        units: AtomicU64::new(0),
-        short: Mutex::new(Vec::new()),
-        short_parts: Mutex::new(Vec::new()),
-    });
-    let threads: Vec<_> = (0..SHORT_THREADS)
-        .map(|i| {
-            let sh = sh.clone();
-            let off = SHORT_EVERY * i as u32;
-            std::thread::spawn(move || short_thread(sh, None, off))
-        })
-        .collect();
-    std::thread::sleep(Duration::from_secs(4));
-    sh.stop.store(true, Ordering::Relaxed);
-    threads.into_iter().for_each(|t| {
-        let _ = t.join();
-    });
-    let mut ms: Vec<f64> = sh.short.lock().unwrap().iter().map(|&(_, m)| m).collect();
-    (share, percentile(&mut ms, 99.0))
+    drop(h);
+    (r.phases.swap_remove(1), rq)
 }

@@ -7,38 +7,43 @@
 //!   calling the lease's `checkpoint` every unit of work: `should_yield`,
 //!   and a CPU yield once a millisecond) plus short queries (a
 //!   pool of 4 threads, one query each per 20 ms: 10 units of work on a
-//!   non-competing slot; latency from its scheduled start). Four rounds of
-//!   4 s each of the static budget, the adaptive one and every static
-//!   budget from 1 to 2 × cores − 1 (the sweep), interleaved so other work
-//!   on the machine meets all of them alike. `best_static_*_cpu`: the
-//!   sweep's budget with the lowest short p99 within 5% of its best work
-//!   (the budget a person picks after measuring; at the cores, context
-//!   `cores_work_per_s_cpu`). `floor_*_cpu`: the physical floor without
-//!   slotring (one plain CPU-bound thread alone: its run-queue share; the
-//!   short queries alone: their p99). The notes say how many CPUs the
-//!   bench process got and how many the machine left idle, and the
-//!   budget's time at each level.
-//! * (b) `_hog`: the same, with `stress-ng --cpu 2×cores` started after 3 s
-//!   and stopped 6 s later; keys are measured over the hog's 6 s;
-//!   `adapt_settle_s` is the longer of the two settling times (after the
-//!   start, after the stop). Run twice: the hog in the workload's cgroup,
-//!   and in a sibling cgroup of its own (`…_own_cgroup`). Context keys
-//!   `floor_*_hog`: the physical floor without slotring (one plain thread
-//!   beside the hog: its run-queue share; the short queries alone beside
-//!   it: their p99).
-//! * (c) `_io`: `slotring run` (the IO-bound default workload) with
-//!   `--adaptive-budget` and `--no-adaptive-budget`, and with each static
-//!   budget from 1 to 2 × cores − 1 (`--concurrent-threads-soft-limit-num`)
-//!   for `best_static_*_io`. (No `floor_*_io`: the command has no run
-//!   without scans.)
+//!   non-competing slot; latency from its scheduled start). Three rounds of
+//!   4 s each of the static budget, the adaptive one, every static budget
+//!   from 1 to 2 × cores − 1 (the sweep) and the floor, interleaved so
+//!   other work on the machine meets all of them alike; each mode's short
+//!   queries are pooled over its rounds. `best_static_*_cpu`: the sweep's
+//!   budget with the lowest short p99 within 5% of its best work (the
+//!   budget a person picks after measuring; at the cores, context
+//!   `cores_work_per_s_cpu`).
+//! * The floors (`floor_*_<w>`, every workload) measure what no budget can
+//!   beat, beside the same load: `floor_short_p99_ms_<w>` is the short
+//!   queries alone on their slots, with no scan (the same engine as the
+//!   measured runs; for (c) `slotring run --scans 0`);
+//!   `floor_runq_share_pct_<w>` is one plain CPU-bound thread (no
+//!   slotring) beside the same load (the short queries, and the hog of
+//!   (b)), from its `/proc` schedstat: the least run-queue share one
+//!   running lease can see.
+//! * (b) `_hog`: the same, with `stress-ng --cpu 2×cores` started after 2 s
+//!   and stopped 6 s later; keys are measured over the hog's 6 s, pooled
+//!   over two interleaved rounds of static, adaptive and the floor; the
+//!   sweep (`best_static_*`) runs in the first round. `adapt_settle_s` is
+//!   the longest settling time of every adaptive run (after the start,
+//!   after the stop). Run twice: the hog in the workload's cgroup (`_hog`),
+//!   and in a sibling cgroup of its own (`_hog_own_cgroup`).
+//! * (c) `_io`: `slotring run` (the IO-bound default workload, 12 s) with
+//!   `--adaptive-budget` and `--no-adaptive-budget` in two interleaved
+//!   rounds (short queries pooled from the reports' per-query times), and
+//!   once each static budget from 1 to 2 × cores − 1
+//!   (`--concurrent-threads-soft-limit-num`) for `best_static_*_io` and the
+//!   floor.
 //!
 //! `ADAPTIVE_BENCH_TRACE=1` prints a trace of every run of (a) and (b), one
 //! line per 100 ms window (budget, slots in use, waiting allocations,
 //! run-queue share of running leases, CPUs of the bench, idle CPUs of the
 //! machine, work, grants, yields), and splits each short query's latency
 //! into its wake-up (scheduled start until its thread ran), its on-CPU time
-//! and the wait after it woke. `ADAPTIVE_BENCH_ONLY=a` stops after (a)
-//! (no JSON).
+//! and the wait after it woke. `ADAPTIVE_BENCH_ONLY=bc` runs only the
+//! workloads named (here (b) and (c)) and writes no JSON.
 //!
 //! A unit of CPU work is a fixed loop (`UNIT_ITERS` iterations). Runs as
 //! root (probes, cgroups). The whole bench runs in a cpu cgroup of its own
@@ -68,8 +73,22 @@ const SHORT_UNITS: u64 = 10;
 const QUANTUM: Duration = Duration::from_millis(10);
 const WINDOW: Duration = Duration::from_millis(100);
 /// Workload (a): interleaved rounds of each mode, seconds per run.
-const A_ROUNDS: usize = 4;
+const A_ROUNDS: usize = 3;
 const A_SECS: f64 = 4.0;
+/// Workload (b): interleaved rounds of static, adaptive and the floor; the
+/// phase boundaries of a static or adaptive run (the hog from the first to
+/// the second, 3 s after it for the settling time).
+const B_ROUNDS: usize = 2;
+const B_EVENTS: [f64; 3] = [2.0, 8.0, 11.0];
+/// Workload (c): interleaved rounds of static and adaptive, and each run's
+/// `--duration`.
+const C_ROUNDS: usize = 2;
+const C_DURATION: &str = "12s";
+/// A floor run ([`machine::floor_run`]): a warm-up, then the short queries
+/// alone (beside the hog, for (b)), then one plain thread beside them, s.
+const FLOOR_LEAD_S: f64 = 0.5;
+const FLOOR_SHORT_S: f64 = 2.5;
+const FLOOR_PLAIN_S: f64 = 1.0;
 
 mod budget_stats;
 mod cpu;
@@ -94,6 +113,7 @@ pub(crate) fn unit() {
 
 fn main() {
     check_best_static_rule();
+    check_plain_window_rule();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let cg = match cgroups() {
         Ok(c) => Some(c),
@@ -111,18 +131,50 @@ fn main() {
     let mut report = Report::new("adaptive");
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let cg_note = cg.as_ref().map_or("none".into(), |c| c.note.clone());
-    workload_a(&bpf, cores, &mut report);
-    if std::env::var_os("ADAPTIVE_BENCH_ONLY").is_some_and(|v| v == "a") {
-        eprintln!("ADAPTIVE_BENCH_ONLY=a: (a) only, no JSON written");
-        return;
+    // `ADAPTIVE_BENCH_ONLY=bc`: only those workloads, no JSON written.
+    let only = std::env::var("ADAPTIVE_BENCH_ONLY").ok();
+    let runs = |w: char| only.as_ref().is_none_or(|o| o.contains(w));
+    if runs('a') {
+        workload_a(&bpf, cores, &mut report);
     }
-    workload_b(&bpf, cores, cg.as_ref(), &mut report);
-    if let Some(c) = &cg {
-        workload_b_own_cgroup(&bpf, cores, c, &mut report);
+    if runs('b') {
+        let same = hog_dir(cg.as_ref(), false);
+        let mut settles = vec![(
+            "hog",
+            workload_b(
+                &bpf,
+                cores,
+                &same,
+                true,
+                "hog",
+                "hog in the workload's cgroup",
+                &mut report,
+            ),
+        )];
+        if let Some(c) = &cg {
+            let own = hog_dir(Some(c), true);
+            let s = workload_b(
+                &bpf,
+                cores,
+                &own,
+                false,
+                "hog_own_cgroup",
+                "hog in a sibling cgroup of equal weight",
+                &mut report,
+            );
+            settles.push(("hog_own_cgroup", s));
+        }
+        put_settle(&mut report, &settles);
     }
     // (c) `slotring run`, IO-bound.
     drop(bpf);
-    workload_c(cores, &mut report);
+    if runs('c') {
+        workload_c(cores, &mut report);
+    }
+    if let Some(o) = &only {
+        eprintln!("ADAPTIVE_BENCH_ONLY={o}: only those workloads, no JSON written");
+        return;
+    }
     let end = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!(
         "machine: load average {} at the start, {} at the end; cgroups: {cg_note}",

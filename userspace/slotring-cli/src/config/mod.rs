@@ -109,7 +109,7 @@ pub struct RunConfig {
     /// io_uring | fallback
     #[arg(long, env = "SLOTRING_ENGINE", value_name = "ENGINE", default_value = "io_uring", value_parser = engine)]
     pub engine: EngineKind,
-    /// concurrent scan queries
+    /// concurrent scan queries (0 = the short queries alone)
     #[arg(long, env = "SLOTRING_SCANS", value_name = "N", default_value = "3", value_parser = per_run)]
     pub scans: u32,
     /// threads (max slots) per scan query: one value for every scan, or one per scan (8,2,1 = three scans of unequal width; sets scans)

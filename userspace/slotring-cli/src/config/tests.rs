@@ -45,6 +45,21 @@ fn unequal_scan_widths_name_the_scans() {
 }
 
 #[test]
+fn zero_scans_is_a_run_of_the_short_queries_alone_and_65_is_refused() {
+    let (mut c, m) = given(&["--scans", "0"]).unwrap();
+    c.overlay(&m, &|_| None, None).unwrap();
+    assert_eq!(c.scans, 0);
+    assert_eq!(given(&["--scans", "64"]).unwrap().0.scans, 64);
+    for bad in ["65", "a", ""] {
+        let e = given(&["--scans", bad]).unwrap_err().to_string();
+        assert!(
+            e.contains("--scans") && e.contains(&format!("`{bad}`")),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[test]
 fn layers_override_in_order() {
     let file = ConfigFile::parse(
         "max_local_read_bandwidth = \"10MiB\"\nscans = 2\nduration = \"3s\"\n",
