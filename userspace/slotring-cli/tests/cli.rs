@@ -2517,7 +2517,7 @@ fn exit_codes_are_as_documented() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains(&file.display().to_string()), "{err}");
-    let out = run_cmd(dir.path(), &["--scans", "0"]).output().unwrap();
+    let out = run_cmd(dir.path(), &["--scans", "65"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = Command::new(bin())
         .args(["stats", "--pin-dir", "/nonexistent/slotring"])
