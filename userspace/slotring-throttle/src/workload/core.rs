@@ -27,7 +27,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::fair_policy::FairLevel;
+use super::fair_policy::{FairLevel, NOWHERE};
 use super::inflight::Places;
 use super::leaf_queue::{LeafQueue, Pending};
 use super::node::{NodeShared, cap_error};
@@ -131,6 +131,8 @@ pub(crate) struct Tree {
     nodes: Vec<NodeCore>,
     by_name: HashMap<String, usize>,
     sleeping: BTreeSet<(u64, usize)>,
+    /// Each node's place in its parent's fair heap (`fair_policy`).
+    heap_pos: Vec<u32>,
     tau_ns: u64,
     resource: Resource,
 }
@@ -241,6 +243,7 @@ impl Tree {
             nodes,
             by_name,
             sleeping: BTreeSet::new(),
+            heap_pos: vec![NOWHERE; specs.len()],
             tau_ns,
             resource,
         };
@@ -379,9 +382,13 @@ impl Tree {
                 let (prio, mut vr) = (self.nodes[i].priority, self.nodes[i].vr);
                 let credit = self.nodes[p].credit;
                 if a {
-                    self.nodes[p].children.activate(prio, i, &mut vr, credit);
+                    self.nodes[p]
+                        .children
+                        .activate(prio, i, &mut vr, credit, &mut self.heap_pos);
                 } else {
-                    self.nodes[p].children.deactivate(prio, i, vr);
+                    self.nodes[p]
+                        .children
+                        .deactivate(prio, i, vr, &mut self.heap_pos);
                 }
                 self.nodes[i].vr = vr;
                 self.nodes[i].in_parent = a;
@@ -574,9 +581,15 @@ impl Tree {
                     self.nodes[c].weight,
                     self.nodes[c].vr,
                 );
-                self.nodes[p]
-                    .children
-                    .served(prio, c, &mut vr, req.cost, weight, a);
+                self.nodes[p].children.served(
+                    prio,
+                    c,
+                    &mut vr,
+                    req.cost,
+                    weight,
+                    a,
+                    &mut self.heap_pos,
+                );
                 self.nodes[c].vr = vr;
                 self.nodes[c].in_parent = a;
             }
