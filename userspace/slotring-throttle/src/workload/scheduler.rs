@@ -39,12 +39,13 @@
 
 mod permit;
 mod request;
+mod slots;
 
 use permit::Hold;
 pub use permit::Permit;
 pub use request::Request;
 use request::RequestState;
-use std::collections::HashMap;
+use slots::Slots;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -90,36 +91,14 @@ enum Slot {
         at: u64,
         booked: Booked,
     },
-    Failed(WorkloadError),
+    Failed(Box<WorkloadError>),
 }
-
-/// Request ids are unique and sequential: one multiplication spreads them
-/// (SipHash's flood resistance buys nothing here).
-#[derive(Debug, Default)]
-struct IdHash(u64);
-
-impl std::hash::Hasher for IdHash {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type Slots = HashMap<u64, Slot, std::hash::BuildHasherDefault<IdHash>>;
 
 #[derive(Debug)]
 pub(super) struct State {
     pub(super) tree: Tree,
     pub(super) spec: WorkloadTree,
     slots: Slots,
-    next_id: u64,
     /// The queued request told to re-poll, and when.
     timekeeper: Option<(u64, u64)>,
 }
@@ -147,9 +126,9 @@ impl Shared {
         while let Some(d) = st.tree.dispatch(now) {
             let (slot, cost) = match d.outcome {
                 Ok(booked) => (Slot::Granted { at: now, booked }, Some(booked.cost)),
-                Err(e) => (Slot::Failed(e), None),
+                Err(e) => (Slot::Failed(Box::new(e)), None),
             };
-            if let Some(Slot::Queued { waker, since, leaf }) = st.slots.insert(d.id, slot) {
+            if let Some(Slot::Queued { waker, since, leaf }) = st.slots.replace(d.id, slot) {
                 if let Some(cost) = cost {
                     for &j in st.tree.path(leaf).as_slice() {
                         let n = st.tree.shared(j as usize);
@@ -170,7 +149,7 @@ impl Shared {
             st.timekeeper = None;
             return;
         };
-        let queued = |st: &State, id: u64| matches!(st.slots.get(&id), Some(Slot::Queued { .. }));
+        let queued = |st: &State, id: u64| matches!(st.slots.get(id), Some(Slot::Queued { .. }));
         if let Some((t, t_at)) = st.timekeeper
             && t_at <= at
             && queued(st, t)
@@ -188,12 +167,12 @@ impl Shared {
                 .slots
                 .iter()
                 .find(|(_, s)| matches!(s, Slot::Queued { .. }))
-                .map(|(&id, _)| id),
+                .map(|(id, _)| id),
         };
         st.timekeeper = chosen.map(|id| (id, at));
         if let Some(id) = chosen
             && Some(id) != me
-            && let Some(Slot::Queued { waker: Some(w), .. }) = st.slots.get(&id)
+            && let Some(Slot::Queued { waker: Some(w), .. }) = st.slots.get(id)
         {
             wake.push(w.clone());
         }
@@ -275,7 +254,6 @@ impl WorkloadSchedulerBuilder {
                 tree: Tree::build(&self.tree, self.resource, tau_ns, clock.now_ns(), None)?,
                 spec: self.tree,
                 slots: Slots::default(),
-                next_id: 0,
                 timekeeper: None,
             }),
             clock,
@@ -353,7 +331,7 @@ impl WorkloadScheduler {
             st.tree = new;
             st.spec = tree.clone();
             for (id, leaf) in st.tree.pending() {
-                if let Some(Slot::Queued { leaf: l, .. }) = st.slots.get_mut(&id) {
+                if let Some(Slot::Queued { leaf: l, .. }) = st.slots.get_mut(id) {
                     *l = leaf;
                 }
             }
@@ -453,7 +431,13 @@ impl Workload {
         let path = &self.inner.path;
         let mut clock = None;
         let sched = &self.inner.sched;
-        if path.iter().any(|n| n.queued.load(Ordering::SeqCst) != 0) {
+        // The leaf first: a request behind its own leaf's queue reads no
+        // other node.
+        if self.inner.node.queued.load(Ordering::SeqCst) != 0
+            || path[1..]
+                .iter()
+                .any(|n| n.queued.load(Ordering::SeqCst) != 0)
+        {
             return Ok(None);
         }
         let mut places = Places::default();

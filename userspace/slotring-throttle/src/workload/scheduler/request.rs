@@ -59,7 +59,7 @@ impl Request {
                 let mut st = lock(&sched.state);
                 let now = sched.now();
                 // Already dispatched (the usual wake-up): nothing to pull.
-                if matches!(st.slots.get(&id), Some(Slot::Queued { .. })) {
+                if matches!(st.slots.get(id), Some(Slot::Queued { .. })) {
                     Shared::pump(&mut st, now, &mut wake);
                 }
                 (st, wake, id, now)
@@ -71,18 +71,13 @@ impl Request {
                     self.state = RequestState::Done;
                     return Poll::Ready(Err(e));
                 }
-                let id = st.next_id;
-                st.next_id += 1;
                 let leaf = wl.inner.node.index();
                 let now = sched.now();
-                st.slots.insert(
-                    id,
-                    Slot::Queued {
-                        leaf,
-                        waker: Some(cx.waker().clone()),
-                        since: now,
-                    },
-                );
+                let id = st.slots.insert(Slot::Queued {
+                    leaf,
+                    waker: Some(cx.waker().clone()),
+                    since: now,
+                });
                 st.tree.push(leaf, id, self.cost, now);
                 Shared::pump(&mut st, now, &mut wake);
                 self.state = RequestState::Queued(id);
@@ -133,7 +128,7 @@ fn settle(
     cx: &mut Context<'_>,
     wake: &mut Wakes,
 ) -> Poll<Result<Permit<'static>, WorkloadError>> {
-    match st.slots.get_mut(&id) {
+    match st.slots.get_mut(id) {
         Some(Slot::Queued { waker, .. }) => {
             match waker {
                 Some(w) if w.will_wake(cx.waker()) => {}
@@ -148,7 +143,7 @@ fn settle(
             Poll::Pending
         }
         _ => {
-            let slot = st.slots.remove(&id).expect("a queued request has a slot");
+            let slot = st.slots.remove(id).expect("a queued request has a slot");
             *state = RequestState::Done;
             if st.timekeeper.is_some_and(|(t, _)| t == id) {
                 st.timekeeper = None;
@@ -159,7 +154,7 @@ fn settle(
                     let left = at.saturating_add(booked.delay_ns).saturating_sub(now);
                     Poll::Ready(Ok(wl.permit(booked, left, true)))
                 }
-                Slot::Failed(e) => Poll::Ready(Err(e)),
+                Slot::Failed(e) => Poll::Ready(Err(*e)),
                 Slot::Queued { .. } => unreachable!("matched above"),
             }
         }
@@ -177,7 +172,7 @@ impl Drop for Request {
         {
             let mut st = lock(&sched.state);
             let now = sched.now();
-            match st.slots.remove(&id) {
+            match st.slots.remove(id) {
                 Some(Slot::Queued { leaf, .. }) => {
                     st.tree.cancel(leaf, id, now);
                 }
