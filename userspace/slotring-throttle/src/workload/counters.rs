@@ -5,6 +5,16 @@
 //! ([`WorkloadScheduler::counters`]). Every count is a relaxed atomic
 //! added to where the request is granted or refunded, never under a lock
 //! of its own; a snapshot is consistent per counter, not across them.
+//!
+//! # Memory ordering
+//!
+//! Every count is `Relaxed`: it orders nothing else and nothing else reads
+//! it to decide anything. A grant without a wait adds to the shard of the
+//! thread that makes it (`NodeCounters`): each add is one atomic
+//! read-modify-write, so none is lost however many threads share a shard,
+//! and a snapshot's sum of the shards is at least every add that happened
+//! before it began (each shard only grows, so successive snapshots never
+//! go back).
 
 use std::time::Duration;
 
@@ -22,22 +32,68 @@ pub fn wait_bucket_bound(k: usize) -> Option<Duration> {
     (k + 1 < WAIT_BUCKETS).then(|| Duration::from_micros(1 << k))
 }
 
-/// A node's counters (see the module docs).
-#[derive(Debug)]
-pub(crate) struct NodeCounters {
+/// A node's grants that did not wait (wait-histogram bucket 0), one shard
+/// of them, alone on its pair of cache lines.
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard {
     bytes: AtomicU64,
     requests: AtomicU64,
-    refunded_bytes: AtomicU64,
+}
+
+/// A node's counters (see the module docs). A grant that did not wait (the
+/// lock-free path's every grant) is added to one of `shards`, chosen by
+/// the calling thread ([`shard_index`]): threads granting through one
+/// workload at once write lines of their own instead of contending on one
+/// (a statistic costs no cache-line transfer). Grants that waited (made
+/// under the scheduler's lock) go to `bytes` and their bucket of `waits`.
+/// A snapshot sums the shards into `bytes` and bucket 0; the requests
+/// granted are the sum of the buckets.
+/// `bytes` first (`repr(C)`): the node's shared state puts it on the line
+/// a dispatch already writes.
+#[derive(Debug)]
+#[repr(C)]
+pub(crate) struct NodeCounters {
+    bytes: AtomicU64,
+    shards: Box<[Shard]>,
     waits: [AtomicU64; WAIT_BUCKETS],
+    refunded_bytes: AtomicU64,
+}
+
+/// The shards per node: one per CPU, at most 8 (threads beyond share).
+fn shard_count() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .clamp(1, 8)
+    })
+}
+
+/// The calling thread's shard number (before reduction by the count):
+/// threads take consecutive numbers as they first grant, so threads that
+/// run at once land on different shards.
+fn shard_index() -> usize {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    #[cfg(not(loom))]
+    use std::thread_local;
+    // Loom's threads are not the OS's: its thread-locals give each modelled
+    // thread its own number, so the models cover distinct shards.
+    #[cfg(loom)]
+    use loom::thread_local;
+    thread_local! {
+        static MINE: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    MINE.with(|m| *m)
 }
 
 impl Default for NodeCounters {
     fn default() -> Self {
         Self {
             bytes: AtomicU64::new(0),
-            requests: AtomicU64::new(0),
-            refunded_bytes: AtomicU64::new(0),
+            shards: (0..shard_count()).map(|_| Shard::default()).collect(),
             waits: std::array::from_fn(|_| AtomicU64::new(0)),
+            refunded_bytes: AtomicU64::new(0),
         }
     }
 }
@@ -55,15 +111,35 @@ fn bucket(wait_ns: u64) -> usize {
 impl NodeCounters {
     /// A request of `cost` was granted after queueing `wait_ns`.
     pub(crate) fn granted(&self, cost: u64, wait_ns: u64) {
-        self.bytes.fetch_add(cost, Ordering::Relaxed);
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        self.waits[bucket(wait_ns)].fetch_add(1, Ordering::Relaxed);
+        match bucket(wait_ns) {
+            0 => {
+                let s = &self.shards[shard_index() % self.shards.len()];
+                s.bytes.fetch_add(cost, Ordering::Relaxed);
+                s.requests.fetch_add(1, Ordering::Relaxed);
+            }
+            k => {
+                self.bytes.fetch_add(cost, Ordering::Relaxed);
+                self.waits[k].fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// `n` bytes charged went back (a page-cache read found after its
     /// charge; a request granted whose caller never saw the permit).
     pub(crate) fn refunded(&self, n: u64) {
         self.refunded_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The cost granted and the wait histogram, shards summed in.
+    fn totals(&self) -> (u64, [u64; WAIT_BUCKETS]) {
+        let mut waits: [u64; WAIT_BUCKETS] =
+            std::array::from_fn(|k| self.waits[k].load(Ordering::Relaxed));
+        let mut bytes = self.bytes.load(Ordering::Relaxed);
+        for s in self.shards.iter() {
+            bytes = bytes.wrapping_add(s.bytes.load(Ordering::Relaxed));
+            waits[0] += s.requests.load(Ordering::Relaxed);
+        }
+        (bytes, waits)
     }
 }
 
@@ -118,17 +194,18 @@ impl WorkloadScheduler {
                 let n = st.tree.shared(st.tree.find(&spec.name)?);
                 let c = &n.counters;
                 let (in_flight_requests, in_flight_bytes) = n.inflight.counts();
+                let (bytes, wait_histogram) = c.totals();
                 Some(WorkloadCounters {
                     name: spec.name.clone(),
                     parent: spec.parent.clone(),
-                    bytes: c.bytes.load(Ordering::Relaxed),
-                    requests: c.requests.load(Ordering::Relaxed),
+                    bytes,
+                    requests: wait_histogram.iter().sum(),
                     refunded_bytes: c.refunded_bytes.load(Ordering::Relaxed),
                     queued: n.queued.load(Ordering::SeqCst),
                     in_flight_requests,
                     in_flight_bytes,
                     peak_in_flight_requests: n.inflight.peak_requests(),
-                    wait_histogram: std::array::from_fn(|k| c.waits[k].load(Ordering::Relaxed)),
+                    wait_histogram,
                 })
             })
             .collect()
