@@ -14,7 +14,9 @@
 //! read-modify-write, so none is lost however many threads share a shard,
 //! and a snapshot's sum of the shards is at least every add that happened
 //! before it began (each shard only grows, so successive snapshots never
-//! go back).
+//! go back). What only a dispatch writes (a waited grant's bytes and wait
+//! bucket) is written under the scheduler's lock, which orders its writers
+//! and under which a snapshot reads it: a load and a store, no RMW.
 
 use std::time::Duration;
 
@@ -46,7 +48,8 @@ struct Shard {
 /// the calling thread ([`shard_index`]): threads granting through one
 /// workload at once write lines of their own instead of contending on one
 /// (a statistic costs no cache-line transfer). Grants that waited (made
-/// under the scheduler's lock) go to `bytes` and their bucket of `waits`.
+/// under the scheduler's lock, their only writer) go to `bytes` and their
+/// bucket of `waits`.
 /// A snapshot sums the shards into `bytes` and bucket 0; the requests
 /// granted are the sum of the buckets.
 /// `bytes` first (`repr(C)`): the node's shared state puts it on the line
@@ -120,6 +123,28 @@ impl NodeCounters {
             k => {
                 self.bytes.fetch_add(cost, Ordering::Relaxed);
                 self.waits[k].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// [`NodeCounters::granted`] by a dispatch, under the scheduler's lock
+    /// (`_locked`: its state, which lives only inside the lock). `bytes`
+    /// and the buckets above 0 are written only under that lock, so they
+    /// take a load and a store, not a locked read-modify-write; bucket 0
+    /// (a wait under 1 µs) goes to a shard, which lock-free grants share.
+    pub(crate) fn granted_locked(
+        &self,
+        cost: u64,
+        wait_ns: u64,
+        _locked: &super::scheduler::State,
+    ) {
+        match bucket(wait_ns) {
+            0 => self.granted(cost, 0),
+            k => {
+                let b = self.bytes.load(Ordering::Relaxed);
+                self.bytes.store(b.wrapping_add(cost), Ordering::Relaxed);
+                let w = self.waits[k].load(Ordering::Relaxed);
+                self.waits[k].store(w + 1, Ordering::Relaxed);
             }
         }
     }

@@ -132,7 +132,8 @@ impl Shared {
                 if let Some(cost) = cost {
                     for &j in st.tree.path(leaf).as_slice() {
                         let n = st.tree.shared(j as usize);
-                        n.counters.granted(cost, now.saturating_sub(since));
+                        n.counters
+                            .granted_locked(cost, now.saturating_sub(since), st);
                     }
                 }
                 if let Some(w) = waker {

@@ -57,11 +57,15 @@ impl Request {
             RequestState::Queued(id) => {
                 let mut wake = Wakes::default();
                 let mut st = lock(&sched.state);
-                let now = sched.now();
-                // Already dispatched (the usual wake-up): nothing to pull.
-                if matches!(st.slots.get(id), Some(Slot::Queued { .. })) {
+                // Already dispatched (the usual wake-up): nothing to pull,
+                // and the clock is read only if a booking's delay remains.
+                let now = if matches!(st.slots.get(id), Some(Slot::Queued { .. })) {
+                    let now = sched.now();
                     Shared::pump(&mut st, now, &mut wake);
-                }
+                    Some(now)
+                } else {
+                    None
+                };
                 (st, wake, id, now)
             }
             RequestState::Idle => {
@@ -81,7 +85,7 @@ impl Request {
                 st.tree.push(leaf, id, self.cost, now);
                 Shared::pump(&mut st, now, &mut wake);
                 self.state = RequestState::Queued(id);
-                (st, wake, id, now)
+                (st, wake, id, Some(now))
             }
         };
         let r = settle(
@@ -113,7 +117,9 @@ impl Request {
 }
 
 /// After a dispatch round: request `id`'s permit if it came, else keep its
-/// waker (and, if it times the caps, tell it when to re-poll).
+/// waker (and, if it times the caps, tell it when to re-poll). `now`: the
+/// clock reading of the round, if one was taken (else it is read here when
+/// needed).
 #[allow(
     clippy::too_many_arguments,
     reason = "the parts of a request a poll changes, split from it so the handle is borrowed, not cloned"
@@ -124,10 +130,11 @@ fn settle(
     retry_in_ns: &mut Option<u64>,
     st: &mut State,
     id: u64,
-    now: u64,
+    now: Option<u64>,
     cx: &mut Context<'_>,
     wake: &mut Wakes,
 ) -> Poll<Result<Permit<'static>, WorkloadError>> {
+    let now = || now.unwrap_or_else(|| wl.inner.sched.now());
     match st.slots.get_mut(id) {
         Some(Slot::Queued { waker, .. }) => {
             match waker {
@@ -138,7 +145,7 @@ fn settle(
             if let Some((t, at)) = st.timekeeper
                 && t == id
             {
-                *retry_in_ns = Some(at.saturating_sub(now));
+                *retry_in_ns = Some(at.saturating_sub(now()));
             }
             Poll::Pending
         }
@@ -151,7 +158,10 @@ fn settle(
             Shared::keep_time(st, None, wake);
             match slot {
                 Slot::Granted { at, booked } => {
-                    let left = at.saturating_add(booked.delay_ns).saturating_sub(now);
+                    let left = match booked.delay_ns {
+                        0 => 0,
+                        d => at.saturating_add(d).saturating_sub(now()),
+                    };
                     Poll::Ready(Ok(wl.permit(booked, left, true)))
                 }
                 Slot::Failed(e) => Poll::Ready(Err(*e)),
