@@ -316,6 +316,12 @@ impl Tree {
         &self.nodes[i].shared
     }
 
+    /// The nodes from `leaf` up to the root, leaf first (a walk of the
+    /// parent links: nothing built).
+    pub(crate) fn ancestry(&self, leaf: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(Some(leaf), |&i| self.nodes[i].parent)
+    }
+
     /// The path from `leaf` to the root.
     pub(crate) fn path(&self, leaf: usize) -> Chain {
         let mut p = Chain::new();
@@ -427,14 +433,20 @@ impl Tree {
     pub(crate) fn push(&mut self, leaf: usize, id: u64, cost: u64, now: u64) {
         self.wake(now);
         self.nodes[leaf].queue.push(Pending { id, cost });
-        let path = self.path(leaf);
-        for i in path.iter() {
+        let mut at = Some(leaf);
+        while let Some(i) = at {
+            at = self.nodes[i].parent;
             let n = &mut self.nodes[i];
             n.backlog += 1;
             n.shared.queued.fetch_add(1, Ordering::SeqCst);
             // Constraints are evaluated after the count is published (see
-            // the `inflight` module's memory ordering).
-            if n.backlog == 1 || n.blocked == Blocked::InFlight {
+            // the `inflight` module's memory ordering). A node its request
+            // count blocks stays blocked whatever is pushed (only a
+            // completion frees it); one its bytes block is tried again, the
+            // request offered may have changed.
+            if n.backlog == 1
+                || (n.blocked == Blocked::InFlight && n.shared.inflight.limits_bytes())
+            {
                 self.refresh(i, now);
             }
         }

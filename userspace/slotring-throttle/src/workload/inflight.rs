@@ -99,6 +99,12 @@ impl InFlight {
             || self.max_bytes.load(Ordering::Relaxed) != NONE
     }
 
+    /// Whether `max_bytes_inflight` is set.
+    #[inline]
+    pub(crate) fn limits_bytes(&self) -> bool {
+        self.max_bytes.load(Ordering::Relaxed) != NONE
+    }
+
     /// Change the limits; the counts stay (requests in flight keep their
     /// places and give them back at completion).
     pub(crate) fn set_limits(&self, max_reqs: Option<u64>, max_bytes: Option<u64>) {

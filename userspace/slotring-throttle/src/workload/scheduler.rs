@@ -130,8 +130,8 @@ impl Shared {
             };
             if let Some(Slot::Queued { waker, since, leaf }) = st.slots.replace(d.id, slot) {
                 if let Some(cost) = cost {
-                    for &j in st.tree.path(leaf).as_slice() {
-                        let n = st.tree.shared(j as usize);
+                    for j in st.tree.ancestry(leaf) {
+                        let n = st.tree.shared(j);
                         n.counters
                             .granted_locked(cost, now.saturating_sub(since), st);
                     }
