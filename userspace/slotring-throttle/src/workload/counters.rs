@@ -73,9 +73,9 @@ fn shard_count() -> usize {
     })
 }
 
-/// The calling thread's shard number (before reduction by the count):
-/// threads take consecutive numbers as they first grant, so threads that
-/// run at once land on different shards.
+/// The calling thread's shard: threads take consecutive numbers as they
+/// first grant, so threads that run at once land on different shards
+/// (reduced by the count once, not by a division on every grant).
 fn shard_index() -> usize {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     #[cfg(not(loom))]
@@ -85,7 +85,8 @@ fn shard_index() -> usize {
     #[cfg(loom)]
     use loom::thread_local;
     thread_local! {
-        static MINE: usize = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        static MINE: usize =
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % shard_count();
     }
     MINE.with(|m| *m)
 }
@@ -116,7 +117,7 @@ impl NodeCounters {
     pub(crate) fn granted(&self, cost: u64, wait_ns: u64) {
         match bucket(wait_ns) {
             0 => {
-                let s = &self.shards[shard_index() % self.shards.len()];
+                let s = &self.shards[shard_index()];
                 s.bytes.fetch_add(cost, Ordering::Relaxed);
                 s.requests.fetch_add(1, Ordering::Relaxed);
             }

@@ -108,6 +108,8 @@ pub(super) struct Shared {
     clock: Arc<dyn Clock>,
     clamp: Option<ClampState>,
     tau_ns: u64,
+    /// What the tree schedules (fixed for the scheduler's life).
+    resource: Resource,
     pub(super) state: Mutex<State>,
 }
 
@@ -251,6 +253,7 @@ impl WorkloadSchedulerBuilder {
         let shared = Shared {
             clamp,
             tau_ns,
+            resource: self.resource,
             state: Mutex::new(State {
                 tree: Tree::build(&self.tree, self.resource, tau_ns, clock.now_ns(), None)?,
                 spec: self.tree,
@@ -455,32 +458,35 @@ impl Workload {
         let mut delay_ns = 0;
         // Bit `k` of each: that cap of the `k`-th node was charged.
         let (mut bytes_done, mut ops_done) = (0u64, 0u64);
-        for (k, n) in path.iter().enumerate() {
-            for ops in [false, true] {
-                let (cap, c) = if ops { (&n.ops, 1) } else { (&n.bytes, cost) };
-                if !cap.present() {
-                    continue;
-                }
-                let now = *clock.get_or_insert_with(|| sched.now());
-                match cap.admit(c, now, tau) {
-                    Ok(super::cap::Admit::Charged { delay_ns: d }) => {
-                        delay_ns = delay_ns.max(d);
-                        *(if ops { &mut ops_done } else { &mut bytes_done }) |= 1 << k;
+        // CPU slots have no caps (`Limits::of`): nothing to charge.
+        if sched.resource == Resource::Io {
+            for (k, n) in path.iter().enumerate() {
+                for ops in [false, true] {
+                    let (cap, c) = if ops { (&n.ops, 1) } else { (&n.bytes, cost) };
+                    if !cap.present() {
+                        continue;
                     }
-                    refused => {
-                        for (j, m) in path.iter().enumerate() {
-                            if bytes_done & (1 << j) != 0 {
-                                m.bytes.refund(cost, now);
-                            }
-                            if ops_done & (1 << j) != 0 {
-                                m.ops.refund(1, now);
-                            }
+                    let now = *clock.get_or_insert_with(|| sched.now());
+                    match cap.admit(c, now, tau) {
+                        Ok(super::cap::Admit::Charged { delay_ns: d }) => {
+                            delay_ns = delay_ns.max(d);
+                            *(if ops { &mut ops_done } else { &mut bytes_done }) |= 1 << k;
                         }
-                        self.inner.sched.release(path, places, cost);
-                        return match refused {
-                            Err(e) => Err(cap_error(&n.name, e, c)),
-                            _ => Ok(None),
-                        };
+                        refused => {
+                            for (j, m) in path.iter().enumerate() {
+                                if bytes_done & (1 << j) != 0 {
+                                    m.bytes.refund(cost, now);
+                                }
+                                if ops_done & (1 << j) != 0 {
+                                    m.ops.refund(1, now);
+                                }
+                            }
+                            self.inner.sched.release(path, places, cost);
+                            return match refused {
+                                Err(e) => Err(cap_error(&n.name, e, c)),
+                                _ => Ok(None),
+                            };
+                        }
                     }
                 }
             }
