@@ -75,7 +75,10 @@ impl Wakes {
     }
 
     fn wake(self) {
-        self.one.into_iter().chain(self.more).for_each(Waker::wake);
+        if let Some(w) = self.one {
+            w.wake();
+        }
+        self.more.into_iter().for_each(Waker::wake);
     }
 }
 
