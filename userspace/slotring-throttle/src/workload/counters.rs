@@ -10,11 +10,12 @@
 //!
 //! Every count is `Relaxed`: it orders nothing else and nothing else reads
 //! it to decide anything. A grant without a wait adds to the shard of the
-//! thread that makes it (`NodeCounters`): each add is one atomic
-//! read-modify-write, so none is lost however many threads share a shard,
-//! and a snapshot's sum of the shards is at least every add that happened
-//! before it began (each shard only grows, so successive snapshots never
-//! go back). What only a dispatch writes (a waited grant's bytes and wait
+//! thread that makes it (`NodeCounters`). An exclusive shard has one
+//! writer, its thread, which adds by a load and a store (nothing races
+//! them); the shared shard takes atomic read-modify-writes, so none is lost
+//! however many threads share it. A snapshot's sum of the shards is at
+//! least every add that happened before it began (each shard only grows,
+//! so successive snapshots never go back). What only a dispatch writes (a waited grant's bytes and wait
 //! bucket) is written under the scheduler's lock, which orders its writers
 //! and under which a snapshot reads it: a load and a store, no RMW.
 
@@ -44,10 +45,11 @@ struct Shard {
 }
 
 /// A node's counters (see the module docs). A grant that did not wait (the
-/// lock-free path's every grant) is added to one of `shards`, chosen by
-/// the calling thread ([`shard_index`]): threads granting through one
-/// workload at once write lines of their own instead of contending on one
-/// (a statistic costs no cache-line transfer). Grants that waited (made
+/// lock-free path's every grant) is added to one of `shards`, the calling
+/// thread's ([`Claim`]): threads granting through one workload at once
+/// write lines of their own instead of contending on one (a statistic
+/// costs no cache-line transfer), and a thread that holds an exclusive
+/// shard adds without a locked instruction. Grants that waited (made
 /// under the scheduler's lock, their only writer) go to `bytes` and their
 /// bucket of `waits`.
 /// A snapshot sums the shards into `bytes` and bucket 0; the requests
@@ -63,8 +65,9 @@ pub(crate) struct NodeCounters {
     refunded_bytes: AtomicU64,
 }
 
-/// The shards per node: one per CPU, at most 8 (threads beyond share).
-fn shard_count() -> usize {
+/// The exclusive shards per node: one per CPU, at most 8. Each node has
+/// one more, shared by the threads beyond them.
+fn exclusive_shards() -> usize {
     static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *N.get_or_init(|| {
         std::thread::available_parallelism()
@@ -73,29 +76,70 @@ fn shard_count() -> usize {
     })
 }
 
-/// The calling thread's shard: threads take consecutive numbers as they
-/// first grant, so threads that run at once land on different shards
-/// (reduced by the count once, not by a division on every grant).
-fn shard_index() -> usize {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    #[cfg(not(loom))]
-    use std::thread_local;
-    // Loom's threads are not the OS's: its thread-locals give each modelled
-    // thread its own number, so the models cover distinct shards.
-    #[cfg(loom)]
-    use loom::thread_local;
-    thread_local! {
-        static MINE: usize =
-            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % shard_count();
+/// A thread's shard number. One below [`exclusive_shards`] is held by one
+/// live thread at a time (taken when the thread first grants, given back
+/// when it exits), so that thread is the only writer of that shard of every
+/// node; the threads beyond share the last one.
+#[cfg(not(loom))]
+struct Claim(usize);
+
+/// Exclusive shard numbers: how many were ever handed out, and those given
+/// back.
+#[cfg(not(loom))]
+static CLAIMS: std::sync::Mutex<(usize, Vec<usize>)> = std::sync::Mutex::new((0, Vec::new()));
+
+#[cfg(not(loom))]
+impl Claim {
+    fn take() -> Self {
+        let n = exclusive_shards();
+        let mut c = CLAIMS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = c.1.pop() {
+            return Claim(i);
+        }
+        if c.0 < n {
+            c.0 += 1;
+            return Claim(c.0 - 1);
+        }
+        Claim(n)
     }
-    MINE.with(|m| *m)
+}
+
+#[cfg(not(loom))]
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if self.0 < exclusive_shards() {
+            let mut c = CLAIMS.lock().unwrap_or_else(|p| p.into_inner());
+            c.1.push(self.0);
+        }
+    }
+}
+
+/// The calling thread's shard (see [`Claim`]).
+#[cfg(not(loom))]
+fn shard_index() -> usize {
+    thread_local! {
+        static MINE: Claim = Claim::take();
+    }
+    // A grant made while the thread's locals are torn down (its claim
+    // given back) goes to the shared shard.
+    MINE.try_with(|m| m.0).unwrap_or(exclusive_shards())
+}
+
+/// Under loom every thread takes the shared shard: a claim is process
+/// state that outlives a model's execution, and loom requires every
+/// execution to repeat the operations of the one before. (An exclusive
+/// shard's one writer has nothing to race; `tests/workload.rs` counts
+/// exactly across threads.)
+#[cfg(loom)]
+fn shard_index() -> usize {
+    exclusive_shards()
 }
 
 impl Default for NodeCounters {
     fn default() -> Self {
         Self {
             bytes: AtomicU64::new(0),
-            shards: (0..shard_count()).map(|_| Shard::default()).collect(),
+            shards: (0..=exclusive_shards()).map(|_| Shard::default()).collect(),
             waits: std::array::from_fn(|_| AtomicU64::new(0)),
             refunded_bytes: AtomicU64::new(0),
         }
@@ -116,15 +160,27 @@ impl NodeCounters {
     /// A request of `cost` was granted after queueing `wait_ns`.
     pub(crate) fn granted(&self, cost: u64, wait_ns: u64) {
         match bucket(wait_ns) {
-            0 => {
-                let s = &self.shards[shard_index()];
-                s.bytes.fetch_add(cost, Ordering::Relaxed);
-                s.requests.fetch_add(1, Ordering::Relaxed);
-            }
+            0 => self.granted_in(shard_index(), cost),
             k => {
                 self.bytes.fetch_add(cost, Ordering::Relaxed);
                 self.waits[k].fetch_add(1, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// A grant of `cost` without a wait, by the thread whose shard is
+    /// `shard`: an exclusive shard has that thread for its only writer (a
+    /// load and a store, no locked RMW); the shared one takes RMWs.
+    fn granted_in(&self, shard: usize, cost: u64) {
+        let s = &self.shards[shard];
+        if shard + 1 < self.shards.len() {
+            let b = s.bytes.load(Ordering::Relaxed);
+            s.bytes.store(b.wrapping_add(cost), Ordering::Relaxed);
+            let r = s.requests.load(Ordering::Relaxed);
+            s.requests.store(r + 1, Ordering::Relaxed);
+        } else {
+            s.bytes.fetch_add(cost, Ordering::Relaxed);
+            s.requests.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -171,8 +227,15 @@ impl NodeCounters {
 
 /// Record a grant of `cost` after `wait_ns` on every node of `path`.
 pub(crate) fn granted(path: &[std::sync::Arc<NodeShared>], cost: u64, wait_ns: u64) {
-    for n in path {
-        n.counters.granted(cost, wait_ns);
+    if bucket(wait_ns) == 0 {
+        let shard = shard_index();
+        for n in path {
+            n.counters.granted_in(shard, cost);
+        }
+    } else {
+        for n in path {
+            n.counters.granted(cost, wait_ns);
+        }
     }
 }
 

@@ -115,7 +115,8 @@ impl InFlight {
     }
 
     /// Take a place for a request of `cost` bytes, if it fits: the
-    /// dimensions taken (see [`Places`]), `None` if refused.
+    /// dimensions taken (see [`Places`]; 0 where nothing limits), `None` if
+    /// refused.
     pub(crate) fn try_acquire(&self, cost: u64) -> Option<u8> {
         let max_r = self.max_reqs.load(Ordering::SeqCst);
         let max_b = self.max_bytes.load(Ordering::SeqCst);

@@ -187,13 +187,16 @@ impl Shared {
     /// Give back the in-flight `places` taken on `path`; if a queue waits
     /// behind one of them, hand it on under the lock.
     fn release(&self, path: &[Arc<NodeShared>], places: Places, cost: u64) {
+        // Each place given back, then that node's queue read (the pairing
+        // the memory ordering needs is per node).
+        let mut behind = false;
         for (k, n) in path.iter().enumerate() {
-            n.inflight.release(cost, places.get(k));
+            let taken = places.get(k);
+            if taken != 0 {
+                n.inflight.release(cost, taken);
+                behind |= n.queued.load(Ordering::SeqCst) > 0;
+            }
         }
-        let behind = path
-            .iter()
-            .enumerate()
-            .any(|(k, n)| places.get(k) != 0 && n.queued.load(Ordering::SeqCst) > 0);
         if !behind {
             return;
         }
@@ -449,13 +452,12 @@ impl Workload {
         }
         let mut places = Places::default();
         for (k, n) in path.iter().enumerate() {
-            if n.inflight.limited() {
-                let Some(taken) = n.inflight.try_acquire(cost) else {
-                    self.inner.sched.release(path, places, cost);
-                    return Ok(None);
-                };
-                places.set(k, taken);
-            }
+            // Nothing taken (and nothing to give back) where nothing limits.
+            let Some(taken) = n.inflight.try_acquire(cost) else {
+                self.inner.sched.release(path, places, cost);
+                return Ok(None);
+            };
+            places.set(k, taken);
         }
         let tau = self.inner.sched.tau_ns;
         let mut delay_ns = 0;
