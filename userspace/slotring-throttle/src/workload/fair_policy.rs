@@ -8,7 +8,8 @@
 //! weight, in exact integers (units of `token / 2¹⁶`, so `cost·2¹⁶ / w`
 //! never rounds a request of one token to nothing). The active child with
 //! the smallest `vr` goes next (ties: the lower node index, which is
-//! definition order); serving a request of cost `L` through it sets the
+//! definition order; the order tells `vr` apart up to [`VR_KEY_MAX`], a
+//! yottabyte through one child at weight 1); serving a request of cost `L` through it sets the
 //! level's virtual time `V ← max(V, vr_c)` and `vr_c ← vr_c + L·2¹⁶/w_c`.
 //! While children stay backlogged, each receives `w_c / Σw` of what the
 //! level is given, within SFQ's bound: two backlogged children's
