@@ -10,10 +10,18 @@
 //!   10,000 leaves under one fair level, each holding a queued request: the
 //!   root's in-flight limit of 1 makes every request queue, and each
 //!   completion hands the place to the next in the fair order.
+//!   `wl_push_pop_ns_10k_bench_overhead` is the same loop with the
+//!   scheduler replaced by nothing: the bench's own share (its waker `Arc`
+//!   allocated per request, its `Mutex` sink, its slab of requests), which
+//!   `wl_push_pop_ns_10k` includes.
 //! * `wl_grant_release_ns` / `tokio_semaphore_ns`: a CPU slot taken and
 //!   given back by 2 threads at once, nothing queued (a tree with
 //!   `max_concurrent_threads` at the root and the leaf), beside
 //!   `tokio::sync::Semaphore::try_acquire` and its permit's drop.
+//!   `wl_grant_release_ns_1level` limits the root only (one limit taken and
+//!   given back, as one semaphore); `tokio_semaphore_ns_2` takes and gives
+//!   back two semaphores (two limits on two lines, as the root and leaf
+//!   limits are).
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
@@ -94,6 +102,66 @@ fn push_pop_ns(leaves: usize, iters: usize) -> f64 {
     median(&mut samples)
 }
 
+/// [`push_pop_ns`]'s loop with the scheduler replaced by nothing: each
+/// iteration allocates a waker and keeps it where the request would be,
+/// wakes the oldest waiting one (the order a round over equal leaves
+/// dispatches in) into the sink, pops the sink and takes that entry out.
+fn push_pop_overhead_ns(leaves: usize, iters: usize) -> f64 {
+    let sink = Arc::new(Mutex::new(Vec::new()));
+    let mut waiting: Vec<Option<(u64, Waker)>> = Vec::new();
+    let mut next_id = 0u64;
+    let mut push = |waiting: &mut Vec<Option<(u64, Waker)>>| {
+        let id = next_id;
+        next_id += 1;
+        let waker = Waker::from(Arc::new(IdWaker {
+            id,
+            sink: sink.clone(),
+        }));
+        waiting.push(Some((id, waker)));
+    };
+    for _ in 0..leaves {
+        push(&mut waiting);
+    }
+    let mut oldest = 0usize;
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        for _ in 0..iters {
+            push(&mut waiting);
+            let w = waiting[oldest].as_ref().expect("waiting").1.clone();
+            oldest += 1;
+            w.wake();
+            let id = sink.lock().unwrap().pop().expect("one woken");
+            let (token, waker) = waiting[id as usize].take().unwrap();
+            std::hint::black_box((token, waker));
+        }
+        samples.push(start.elapsed().as_nanos() as f64 / iters as f64);
+    }
+    median(&mut samples)
+}
+
+fn grant_release_ns(leaf_limit: bool) -> f64 {
+    let leaf = WorkloadSpec::new("q").parent("all");
+    let cpu = WorkloadScheduler::new(
+        &WorkloadTree::new(vec![
+            WorkloadSpec::new("all").max_concurrent_threads(1 << 20),
+            if leaf_limit {
+                leaf.max_concurrent_threads(1 << 20)
+            } else {
+                leaf
+            },
+        ])
+        .unwrap(),
+        Resource::CpuSlots,
+    )
+    .unwrap();
+    let q = cpu.workload("q").unwrap();
+    ns_per_iter_threads(7, 2, 500_000, |_| {
+        let p = q.try_acquire(1).unwrap().expect("a slot");
+        std::hint::black_box(&p);
+    })
+}
+
 fn main() {
     let mut r = Report::new("workload");
     let flat = charge_ns(
@@ -171,26 +239,24 @@ fn main() {
         "one push and one dispatch (completion, hand-over, pick-up), 10,000 queued leaves; goal <= 500",
     );
 
-    let cpu = WorkloadScheduler::new(
-        &WorkloadTree::new(vec![
-            WorkloadSpec::new("all").max_concurrent_threads(1 << 20),
-            WorkloadSpec::new("q")
-                .parent("all")
-                .max_concurrent_threads(1 << 20),
-        ])
-        .unwrap(),
-        Resource::CpuSlots,
-    )
-    .unwrap();
-    let q = cpu.workload("q").unwrap();
-    let grant = ns_per_iter_threads(7, 2, 500_000, |_| {
-        let p = q.try_acquire(1).unwrap().expect("a slot");
-        std::hint::black_box(&p);
-    });
+    r.put(
+        "wl_push_pop_ns_10k_bench_overhead",
+        push_pop_overhead_ns(10_000, 20_000),
+        "the same loop without the scheduler: the bench's own share of wl_push_pop_ns_10k",
+    );
+
+    let grant = grant_release_ns(true);
+    let grant_1level = grant_release_ns(false);
     let sem = tokio::sync::Semaphore::new(1 << 20);
     let tokio_ns = ns_per_iter_threads(7, 2, 500_000, |_| {
         let p = sem.try_acquire().expect("a permit");
         std::hint::black_box(&p);
+    });
+    let sem2 = tokio::sync::Semaphore::new(1 << 20);
+    let tokio_2 = ns_per_iter_threads(7, 2, 500_000, |_| {
+        let p = sem.try_acquire().expect("a permit");
+        let p2 = sem2.try_acquire().expect("a permit");
+        std::hint::black_box((&p, &p2));
     });
     r.put(
         "wl_grant_release_ns",
@@ -201,6 +267,21 @@ fn main() {
         "tokio_semaphore_ns",
         tokio_ns,
         "tokio Semaphore::try_acquire + drop, 2 threads",
+    );
+    r.put(
+        "wl_grant_release_ratio_tokio",
+        grant / tokio_ns,
+        "wl_grant_release_ns / tokio_semaphore_ns; goal <= 1.5",
+    );
+    r.put(
+        "wl_grant_release_ns_1level",
+        grant_1level,
+        "the same with max_concurrent_threads at the root only (one limit)",
+    );
+    r.put(
+        "tokio_semaphore_ns_2",
+        tokio_2,
+        "two tokio semaphores taken and given back, 2 threads (two limits, as root and leaf)",
     );
     let path = r.finish().expect("write the report");
     eprintln!("wrote {}", path.display());

@@ -430,6 +430,62 @@ fn cpu_slots_share_by_weight_under_max_concurrent_threads() {
 }
 
 #[test]
+fn counters_count_every_grant_once_across_threads_and_waits() {
+    let t = tree(vec![
+        WorkloadSpec::new("all").max_concurrent_threads(1 << 20),
+        WorkloadSpec::new("q")
+            .parent("all")
+            .max_concurrent_threads(1 << 20),
+    ]);
+    let clock = Arc::new(ManualClock::new(0));
+    let s = WorkloadScheduler::builder(&t, Resource::CpuSlots)
+        .clock(clock.clone())
+        .build()
+        .unwrap();
+    let q = s.workload("q").unwrap();
+    // Lock-free grants from 4 threads at once: each thread adds to its own
+    // shard, and the snapshot sums them, none lost.
+    std::thread::scope(|sc| {
+        for _ in 0..4 {
+            sc.spawn(|| {
+                for _ in 0..5_000 {
+                    let p = q.try_acquire(1).unwrap().expect("a slot");
+                    assert!(!p.waited());
+                }
+            });
+        }
+    });
+    for name in ["all", "q"] {
+        let c = s.counters_of(name).unwrap();
+        assert_eq!((c.requests, c.bytes), (20_000, 20_000), "{name}");
+        assert_eq!(c.wait_histogram[0], 20_000, "{name}: none waited");
+        assert!(c.peak_in_flight_requests <= 4, "{name}: one slot a thread");
+        assert_eq!(c.in_flight_requests, 0, "{name}");
+    }
+    // A grant after a wait of 3 µs lands in its bucket (below 4 µs) beside
+    // the shards' count.
+    s.update(&tree(vec![
+        WorkloadSpec::new("all").max_concurrent_threads(1),
+        WorkloadSpec::new("q")
+            .parent("all")
+            .max_concurrent_threads(1 << 20),
+    ]))
+    .unwrap();
+    let held = q.try_acquire(1).unwrap().expect("the one slot");
+    let mut w = Waiter::new(q.request(1)).queue();
+    clock.advance(3_000);
+    drop(held);
+    let p = w.ready();
+    assert!(p.waited());
+    for name in ["all", "q"] {
+        let c = s.counters_of(name).unwrap();
+        assert_eq!((c.requests, c.bytes), (20_002, 20_002), "{name}");
+        assert_eq!(c.wait_histogram[0], 20_001, "{name}");
+        assert_eq!(c.wait_histogram[2], 1, "{name}: 3 µs < 4 µs");
+    }
+}
+
+#[test]
 fn a_blocking_acquire_waits_for_the_completion() {
     let t = tree(vec![
         WorkloadSpec::new("all").max_io_requests(1),

@@ -27,7 +27,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::fair_policy::FairLevel;
+use super::fair_policy::{FairLevel, NOWHERE};
 use super::inflight::Places;
 use super::leaf_queue::{LeafQueue, Pending};
 use super::node::{NodeShared, cap_error};
@@ -131,6 +131,8 @@ pub(crate) struct Tree {
     nodes: Vec<NodeCore>,
     by_name: HashMap<String, usize>,
     sleeping: BTreeSet<(u64, usize)>,
+    /// Each node's place in its parent's fair heap (`fair_policy`).
+    heap_pos: Vec<u32>,
     tau_ns: u64,
     resource: Resource,
 }
@@ -241,6 +243,7 @@ impl Tree {
             nodes,
             by_name,
             sleeping: BTreeSet::new(),
+            heap_pos: vec![NOWHERE; specs.len()],
             tau_ns,
             resource,
         };
@@ -313,6 +316,12 @@ impl Tree {
         &self.nodes[i].shared
     }
 
+    /// The nodes from `leaf` up to the root, leaf first (a walk of the
+    /// parent links: nothing built).
+    pub(crate) fn ancestry(&self, leaf: usize) -> impl Iterator<Item = usize> + '_ {
+        std::iter::successors(Some(leaf), |&i| self.nodes[i].parent)
+    }
+
     /// The path from `leaf` to the root.
     pub(crate) fn path(&self, leaf: usize) -> Chain {
         let mut p = Chain::new();
@@ -379,9 +388,13 @@ impl Tree {
                 let (prio, mut vr) = (self.nodes[i].priority, self.nodes[i].vr);
                 let credit = self.nodes[p].credit;
                 if a {
-                    self.nodes[p].children.activate(prio, i, &mut vr, credit);
+                    self.nodes[p]
+                        .children
+                        .activate(prio, i, &mut vr, credit, &mut self.heap_pos);
                 } else {
-                    self.nodes[p].children.deactivate(prio, i, vr);
+                    self.nodes[p]
+                        .children
+                        .deactivate(prio, i, vr, &mut self.heap_pos);
                 }
                 self.nodes[i].vr = vr;
                 self.nodes[i].in_parent = a;
@@ -420,14 +433,20 @@ impl Tree {
     pub(crate) fn push(&mut self, leaf: usize, id: u64, cost: u64, now: u64) {
         self.wake(now);
         self.nodes[leaf].queue.push(Pending { id, cost });
-        let path = self.path(leaf);
-        for i in path.iter() {
+        let mut at = Some(leaf);
+        while let Some(i) = at {
+            at = self.nodes[i].parent;
             let n = &mut self.nodes[i];
             n.backlog += 1;
             n.shared.queued.fetch_add(1, Ordering::SeqCst);
             // Constraints are evaluated after the count is published (see
-            // the `inflight` module's memory ordering).
-            if n.backlog == 1 || n.blocked == Blocked::InFlight {
+            // the `inflight` module's memory ordering). A node its request
+            // count blocks stays blocked whatever is pushed (only a
+            // completion frees it); one its bytes block is tried again, the
+            // request offered may have changed.
+            if n.backlog == 1
+                || (n.blocked == Blocked::InFlight && n.shared.inflight.limits_bytes())
+            {
                 self.refresh(i, now);
             }
         }
@@ -574,9 +593,15 @@ impl Tree {
                     self.nodes[c].weight,
                     self.nodes[c].vr,
                 );
-                self.nodes[p]
-                    .children
-                    .served(prio, c, &mut vr, req.cost, weight, a);
+                self.nodes[p].children.served(
+                    prio,
+                    c,
+                    &mut vr,
+                    req.cost,
+                    weight,
+                    a,
+                    &mut self.heap_pos,
+                );
                 self.nodes[c].vr = vr;
                 self.nodes[c].in_parent = a;
             }

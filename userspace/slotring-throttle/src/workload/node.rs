@@ -12,18 +12,26 @@ use super::{Resource, WorkloadError};
 use crate::bucket::BucketError;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 
-/// See the module docs. Aligned to 128 bytes: what the lock-free path of
-/// one workload writes never shares a line with another's.
+/// See the module docs. Laid out in this order (`repr(C)`), so that what
+/// the lock-free path only reads never shares a cache line with what it
+/// writes, and a dispatch under the lock finds what it writes on the line it
+/// already holds. The first line: `queued`, the flags and the counters'
+/// head (the cost granted after a wait), all written only under the
+/// scheduler's lock (or by a live change) and read by every request; a
+/// dispatch writes `queued` and the cost granted there together. Then the
+/// rest of the counters (the wait histogram, the pointer to the per-thread
+/// shards that the lock-free path writes: the `counters` module), the caps
+/// (read-only pointers to their buckets), and the in-flight counts,
+/// 128-byte aligned on lines of their own (written by every request through
+/// a limit here). Aligned to 128 bytes (a pair of lines, which Intel's
+/// adjacent-line prefetcher moves together): one workload's lines never
+/// share with another's.
 #[derive(Debug)]
-#[repr(align(128))]
+#[repr(C, align(128))]
 pub(crate) struct NodeShared {
-    pub(crate) name: String,
     /// Requests queued in this node's subtree (`SeqCst`: see the
     /// `inflight` module's memory ordering).
     pub(crate) queued: AtomicU64,
-    pub(crate) inflight: InFlight,
-    pub(crate) bytes: Cap,
-    pub(crate) ops: Cap,
     /// Set by the live change that removes the workload.
     pub(crate) removed: AtomicBool,
     /// Whether requests may enter here (no children).
@@ -32,6 +40,10 @@ pub(crate) struct NodeShared {
     pub(crate) index: AtomicU64,
     /// What it was charged (`counters.rs`).
     pub(crate) counters: NodeCounters,
+    pub(crate) name: String,
+    pub(crate) bytes: Cap,
+    pub(crate) ops: Cap,
+    pub(crate) inflight: InFlight,
 }
 
 /// What a spec asks of one resource.

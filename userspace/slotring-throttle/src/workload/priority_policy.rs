@@ -19,7 +19,7 @@
 
 use std::collections::BTreeMap;
 
-use super::fair_policy::FairLevel;
+use super::fair_policy::{FairLevel, HeapPos};
 
 /// See the module docs.
 #[derive(Debug, Default)]
@@ -45,24 +45,35 @@ impl PriorityPolicy {
     }
 
     /// Activate child `id` at `priority` (see [`FairLevel::activate`]).
-    pub(crate) fn activate(&mut self, priority: i16, id: usize, vr: &mut u128, credit: u128) {
+    pub(crate) fn activate(
+        &mut self,
+        priority: i16,
+        id: usize,
+        vr: &mut u128,
+        credit: u128,
+        pos: &mut HeapPos,
+    ) {
         let l = self.levels.entry(priority).or_default();
         if l.is_empty() {
             self.active_levels += 1;
         }
-        l.activate(id, vr, credit);
+        l.activate(id, vr, credit, pos);
     }
 
     /// Deactivate child `id` at `priority`.
-    pub(crate) fn deactivate(&mut self, priority: i16, id: usize, vr: u128) {
+    pub(crate) fn deactivate(&mut self, priority: i16, id: usize, vr: u128, pos: &mut HeapPos) {
         let l = self.levels.entry(priority).or_default();
-        l.deactivate(id, vr);
+        l.deactivate(id, vr, pos);
         if l.is_empty() {
             self.active_levels -= 1;
         }
     }
 
     /// Child `id` at `priority` served (see [`FairLevel::served`]).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "FairLevel::served's arguments and the level's priority: a struct of them would be built and torn apart on every dispatch"
+    )]
     pub(crate) fn served(
         &mut self,
         priority: i16,
@@ -71,9 +82,10 @@ impl PriorityPolicy {
         cost: u64,
         weight: u32,
         still_active: bool,
+        pos: &mut HeapPos,
     ) {
         let l = self.levels.entry(priority).or_default();
-        l.served(id, vr, cost, weight, still_active);
+        l.served(id, vr, cost, weight, still_active, pos);
         if l.is_empty() {
             self.active_levels -= 1;
         }
@@ -96,24 +108,26 @@ impl PriorityPolicy {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::workload::fair_policy::NOWHERE;
 
     #[test]
     fn the_lower_value_goes_first_and_the_next_only_when_it_is_empty() {
         let mut p = PriorityPolicy::default();
         p.level(0).weight_sum = 1;
         p.level(1).weight_sum = 1;
+        let mut pos = vec![NOWHERE; 8];
         let (mut hi, mut lo) = (0u128, 0u128);
-        p.activate(1, 7, &mut lo, 0);
+        p.activate(1, 7, &mut lo, 0, &mut pos);
         assert_eq!(p.first(), Some(7));
-        p.activate(0, 3, &mut hi, 0);
+        p.activate(0, 3, &mut hi, 0, &mut pos);
         assert_eq!(
             p.first(),
             Some(3),
             "priority 0 before 1, whatever came first"
         );
-        p.served(0, 3, &mut hi, 10, 1, false);
+        p.served(0, 3, &mut hi, 10, 1, false, &mut pos);
         assert_eq!(p.first(), Some(7));
-        p.deactivate(1, 7, lo);
+        p.deactivate(1, 7, lo, &mut pos);
         assert!(!p.has_active());
         assert_eq!(p.first(), None);
     }

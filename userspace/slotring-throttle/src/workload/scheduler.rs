@@ -39,12 +39,13 @@
 
 mod permit;
 mod request;
+mod slots;
 
 use permit::Hold;
 pub use permit::Permit;
 pub use request::Request;
 use request::RequestState;
-use std::collections::HashMap;
+use slots::Slots;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -74,7 +75,10 @@ impl Wakes {
     }
 
     fn wake(self) {
-        self.one.into_iter().chain(self.more).for_each(Waker::wake);
+        if let Some(w) = self.one {
+            w.wake();
+        }
+        self.more.into_iter().for_each(Waker::wake);
     }
 }
 
@@ -90,36 +94,14 @@ enum Slot {
         at: u64,
         booked: Booked,
     },
-    Failed(WorkloadError),
+    Failed(Box<WorkloadError>),
 }
-
-/// Request ids are unique and sequential: one multiplication spreads them
-/// (SipHash's flood resistance buys nothing here).
-#[derive(Debug, Default)]
-struct IdHash(u64);
-
-impl std::hash::Hasher for IdHash {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-type Slots = HashMap<u64, Slot, std::hash::BuildHasherDefault<IdHash>>;
 
 #[derive(Debug)]
 pub(super) struct State {
     pub(super) tree: Tree,
     pub(super) spec: WorkloadTree,
     slots: Slots,
-    next_id: u64,
     /// The queued request told to re-poll, and when.
     timekeeper: Option<(u64, u64)>,
 }
@@ -129,6 +111,8 @@ pub(super) struct Shared {
     clock: Arc<dyn Clock>,
     clamp: Option<ClampState>,
     tau_ns: u64,
+    /// What the tree schedules (fixed for the scheduler's life).
+    resource: Resource,
     pub(super) state: Mutex<State>,
 }
 
@@ -147,13 +131,14 @@ impl Shared {
         while let Some(d) = st.tree.dispatch(now) {
             let (slot, cost) = match d.outcome {
                 Ok(booked) => (Slot::Granted { at: now, booked }, Some(booked.cost)),
-                Err(e) => (Slot::Failed(e), None),
+                Err(e) => (Slot::Failed(Box::new(e)), None),
             };
-            if let Some(Slot::Queued { waker, since, leaf }) = st.slots.insert(d.id, slot) {
+            if let Some(Slot::Queued { waker, since, leaf }) = st.slots.replace(d.id, slot) {
                 if let Some(cost) = cost {
-                    for &j in st.tree.path(leaf).as_slice() {
-                        let n = st.tree.shared(j as usize);
-                        n.counters.granted(cost, now.saturating_sub(since));
+                    for j in st.tree.ancestry(leaf) {
+                        let n = st.tree.shared(j);
+                        n.counters
+                            .granted_locked(cost, now.saturating_sub(since), st);
                     }
                 }
                 if let Some(w) = waker {
@@ -170,7 +155,7 @@ impl Shared {
             st.timekeeper = None;
             return;
         };
-        let queued = |st: &State, id: u64| matches!(st.slots.get(&id), Some(Slot::Queued { .. }));
+        let queued = |st: &State, id: u64| matches!(st.slots.get(id), Some(Slot::Queued { .. }));
         if let Some((t, t_at)) = st.timekeeper
             && t_at <= at
             && queued(st, t)
@@ -188,12 +173,12 @@ impl Shared {
                 .slots
                 .iter()
                 .find(|(_, s)| matches!(s, Slot::Queued { .. }))
-                .map(|(&id, _)| id),
+                .map(|(id, _)| id),
         };
         st.timekeeper = chosen.map(|id| (id, at));
         if let Some(id) = chosen
             && Some(id) != me
-            && let Some(Slot::Queued { waker: Some(w), .. }) = st.slots.get(&id)
+            && let Some(Slot::Queued { waker: Some(w), .. }) = st.slots.get(id)
         {
             wake.push(w.clone());
         }
@@ -202,13 +187,16 @@ impl Shared {
     /// Give back the in-flight `places` taken on `path`; if a queue waits
     /// behind one of them, hand it on under the lock.
     fn release(&self, path: &[Arc<NodeShared>], places: Places, cost: u64) {
+        // Each place given back, then that node's queue read (the pairing
+        // the memory ordering needs is per node).
+        let mut behind = false;
         for (k, n) in path.iter().enumerate() {
-            n.inflight.release(cost, places.get(k));
+            let taken = places.get(k);
+            if taken != 0 {
+                n.inflight.release(cost, taken);
+                behind |= n.queued.load(Ordering::SeqCst) > 0;
+            }
         }
-        let behind = path
-            .iter()
-            .enumerate()
-            .any(|(k, n)| places.get(k) != 0 && n.queued.load(Ordering::SeqCst) > 0);
         if !behind {
             return;
         }
@@ -271,11 +259,11 @@ impl WorkloadSchedulerBuilder {
         let shared = Shared {
             clamp,
             tau_ns,
+            resource: self.resource,
             state: Mutex::new(State {
                 tree: Tree::build(&self.tree, self.resource, tau_ns, clock.now_ns(), None)?,
                 spec: self.tree,
                 slots: Slots::default(),
-                next_id: 0,
                 timekeeper: None,
             }),
             clock,
@@ -353,7 +341,7 @@ impl WorkloadScheduler {
             st.tree = new;
             st.spec = tree.clone();
             for (id, leaf) in st.tree.pending() {
-                if let Some(Slot::Queued { leaf: l, .. }) = st.slots.get_mut(&id) {
+                if let Some(Slot::Queued { leaf: l, .. }) = st.slots.get_mut(id) {
                     *l = leaf;
                 }
             }
@@ -453,49 +441,57 @@ impl Workload {
         let path = &self.inner.path;
         let mut clock = None;
         let sched = &self.inner.sched;
-        if path.iter().any(|n| n.queued.load(Ordering::SeqCst) != 0) {
+        // The leaf first: a request behind its own leaf's queue reads no
+        // other node.
+        if self.inner.node.queued.load(Ordering::SeqCst) != 0
+            || path[1..]
+                .iter()
+                .any(|n| n.queued.load(Ordering::SeqCst) != 0)
+        {
             return Ok(None);
         }
         let mut places = Places::default();
         for (k, n) in path.iter().enumerate() {
-            if n.inflight.limited() {
-                let Some(taken) = n.inflight.try_acquire(cost) else {
-                    self.inner.sched.release(path, places, cost);
-                    return Ok(None);
-                };
-                places.set(k, taken);
-            }
+            // Nothing taken (and nothing to give back) where nothing limits.
+            let Some(taken) = n.inflight.try_acquire(cost) else {
+                self.inner.sched.release(path, places, cost);
+                return Ok(None);
+            };
+            places.set(k, taken);
         }
         let tau = self.inner.sched.tau_ns;
         let mut delay_ns = 0;
         // Bit `k` of each: that cap of the `k`-th node was charged.
         let (mut bytes_done, mut ops_done) = (0u64, 0u64);
-        for (k, n) in path.iter().enumerate() {
-            for ops in [false, true] {
-                let (cap, c) = if ops { (&n.ops, 1) } else { (&n.bytes, cost) };
-                if !cap.present() {
-                    continue;
-                }
-                let now = *clock.get_or_insert_with(|| sched.now());
-                match cap.admit(c, now, tau) {
-                    Ok(super::cap::Admit::Charged { delay_ns: d }) => {
-                        delay_ns = delay_ns.max(d);
-                        *(if ops { &mut ops_done } else { &mut bytes_done }) |= 1 << k;
+        // CPU slots have no caps (`Limits::of`): nothing to charge.
+        if sched.resource == Resource::Io {
+            for (k, n) in path.iter().enumerate() {
+                for ops in [false, true] {
+                    let (cap, c) = if ops { (&n.ops, 1) } else { (&n.bytes, cost) };
+                    if !cap.present() {
+                        continue;
                     }
-                    refused => {
-                        for (j, m) in path.iter().enumerate() {
-                            if bytes_done & (1 << j) != 0 {
-                                m.bytes.refund(cost, now);
-                            }
-                            if ops_done & (1 << j) != 0 {
-                                m.ops.refund(1, now);
-                            }
+                    let now = *clock.get_or_insert_with(|| sched.now());
+                    match cap.admit(c, now, tau) {
+                        Ok(super::cap::Admit::Charged { delay_ns: d }) => {
+                            delay_ns = delay_ns.max(d);
+                            *(if ops { &mut ops_done } else { &mut bytes_done }) |= 1 << k;
                         }
-                        self.inner.sched.release(path, places, cost);
-                        return match refused {
-                            Err(e) => Err(cap_error(&n.name, e, c)),
-                            _ => Ok(None),
-                        };
+                        refused => {
+                            for (j, m) in path.iter().enumerate() {
+                                if bytes_done & (1 << j) != 0 {
+                                    m.bytes.refund(cost, now);
+                                }
+                                if ops_done & (1 << j) != 0 {
+                                    m.ops.refund(1, now);
+                                }
+                            }
+                            self.inner.sched.release(path, places, cost);
+                            return match refused {
+                                Err(e) => Err(cap_error(&n.name, e, c)),
+                                _ => Ok(None),
+                            };
+                        }
                     }
                 }
             }

@@ -57,11 +57,15 @@ impl Request {
             RequestState::Queued(id) => {
                 let mut wake = Wakes::default();
                 let mut st = lock(&sched.state);
-                let now = sched.now();
-                // Already dispatched (the usual wake-up): nothing to pull.
-                if matches!(st.slots.get(&id), Some(Slot::Queued { .. })) {
+                // Already dispatched (the usual wake-up): nothing to pull,
+                // and the clock is read only if a booking's delay remains.
+                let now = if matches!(st.slots.get(id), Some(Slot::Queued { .. })) {
+                    let now = sched.now();
                     Shared::pump(&mut st, now, &mut wake);
-                }
+                    Some(now)
+                } else {
+                    None
+                };
                 (st, wake, id, now)
             }
             RequestState::Idle => {
@@ -71,22 +75,17 @@ impl Request {
                     self.state = RequestState::Done;
                     return Poll::Ready(Err(e));
                 }
-                let id = st.next_id;
-                st.next_id += 1;
                 let leaf = wl.inner.node.index();
                 let now = sched.now();
-                st.slots.insert(
-                    id,
-                    Slot::Queued {
-                        leaf,
-                        waker: Some(cx.waker().clone()),
-                        since: now,
-                    },
-                );
+                let id = st.slots.insert(Slot::Queued {
+                    leaf,
+                    waker: Some(cx.waker().clone()),
+                    since: now,
+                });
                 st.tree.push(leaf, id, self.cost, now);
                 Shared::pump(&mut st, now, &mut wake);
                 self.state = RequestState::Queued(id);
-                (st, wake, id, now)
+                (st, wake, id, Some(now))
             }
         };
         let r = settle(
@@ -118,7 +117,9 @@ impl Request {
 }
 
 /// After a dispatch round: request `id`'s permit if it came, else keep its
-/// waker (and, if it times the caps, tell it when to re-poll).
+/// waker (and, if it times the caps, tell it when to re-poll). `now`: the
+/// clock reading of the round, if one was taken (else it is read here when
+/// needed).
 #[allow(
     clippy::too_many_arguments,
     reason = "the parts of a request a poll changes, split from it so the handle is borrowed, not cloned"
@@ -129,11 +130,12 @@ fn settle(
     retry_in_ns: &mut Option<u64>,
     st: &mut State,
     id: u64,
-    now: u64,
+    now: Option<u64>,
     cx: &mut Context<'_>,
     wake: &mut Wakes,
 ) -> Poll<Result<Permit<'static>, WorkloadError>> {
-    match st.slots.get_mut(&id) {
+    let now = || now.unwrap_or_else(|| wl.inner.sched.now());
+    match st.slots.get_mut(id) {
         Some(Slot::Queued { waker, .. }) => {
             match waker {
                 Some(w) if w.will_wake(cx.waker()) => {}
@@ -143,12 +145,12 @@ fn settle(
             if let Some((t, at)) = st.timekeeper
                 && t == id
             {
-                *retry_in_ns = Some(at.saturating_sub(now));
+                *retry_in_ns = Some(at.saturating_sub(now()));
             }
             Poll::Pending
         }
         _ => {
-            let slot = st.slots.remove(&id).expect("a queued request has a slot");
+            let slot = st.slots.remove(id).expect("a queued request has a slot");
             *state = RequestState::Done;
             if st.timekeeper.is_some_and(|(t, _)| t == id) {
                 st.timekeeper = None;
@@ -156,10 +158,13 @@ fn settle(
             Shared::keep_time(st, None, wake);
             match slot {
                 Slot::Granted { at, booked } => {
-                    let left = at.saturating_add(booked.delay_ns).saturating_sub(now);
+                    let left = match booked.delay_ns {
+                        0 => 0,
+                        d => at.saturating_add(d).saturating_sub(now()),
+                    };
                     Poll::Ready(Ok(wl.permit(booked, left, true)))
                 }
-                Slot::Failed(e) => Poll::Ready(Err(e)),
+                Slot::Failed(e) => Poll::Ready(Err(*e)),
                 Slot::Queued { .. } => unreachable!("matched above"),
             }
         }
@@ -177,7 +182,7 @@ impl Drop for Request {
         {
             let mut st = lock(&sched.state);
             let now = sched.now();
-            match st.slots.remove(&id) {
+            match st.slots.remove(id) {
                 Some(Slot::Queued { leaf, .. }) => {
                     st.tree.cancel(leaf, id, now);
                 }
