@@ -173,6 +173,30 @@ const WORKLOAD: &[KeyGoal] = &[
         "wl_charge_ratio_3level_flat",
         "wl_charge_ns_3level / wl_charge_ns_flat (the goal is on wl_charge_ns_3level)",
     ),
+    info(
+        "wl_cpu_short_p99_ms_no_checkpoint",
+        "the same short queries beside background tasks that never check should_yield (no preemption), ms",
+    ),
+    info(
+        "wl_cpu_preemptions_per_s",
+        "background slots preempted for the short queries, per s",
+    ),
+    info(
+        "wl_cpu_bg_held_p99_ms",
+        "the background's 1 ms tasks from acquire to done, p99 ms: the kernel's stretch of CPU-bound work on this machine",
+    ),
+    info(
+        "wl_push_pop_ns_10k_bench_overhead",
+        "of wl_push_pop_ns_10k, the bench's own loop with no scheduler, ns",
+    ),
+    info(
+        "wl_grant_release_ns_1level",
+        "wl_grant_release_ns with one limit (the leaf's), ns",
+    ),
+    info(
+        "tokio_semaphore_ns_2",
+        "two tokio Semaphores taken and given back (the two-limit comparison), ns",
+    ),
 ];
 
 const THROTTLE: &[KeyGoal] = &[
