@@ -26,9 +26,11 @@
 //!   `AcquiredSlot::should_yield` after every [`CHECKPOINT_EVERY`] of its
 //!   work, as a CPU-bound holder does between units of work, and when told
 //!   to, releases its slot and waits for it again: the tree preempts it
-//!   while a short query waits (`wl_cpu_preemptions_per_s`).
+//!   while a short query waits, or takes back a slot granted to a
+//!   background thread that has not acquired it yet
+//!   (`wl_cpu_preemptions_per_s` counts both).
 //!   `wl_cpu_short_p99_ms_no_checkpoint` is the same with background tasks
-//!   that never check (a slot then goes back only at a task's end),
+//!   that never check (a slot acquired then goes back only at a task's end),
 //!   `wl_cpu_short_p99_ms_flat` the same with no tree (every allocation
 //!   plain, `max_min_fair`: the baseline; its checks never say yes), and
 //!   `wl_cpu_short_p99_ms_alone` the short queries in the tree with no
@@ -310,9 +312,6 @@ fn short_round(mode: Mode, cores: u64, unit: u64, short: u64, chunk: u64) -> Sho
         );
         let bg = cc.workloads().into_iter().find(|w| w.name == "bg");
         let preempted = bg.map_or(0, |w| w.preemptions);
-        if chunk == 0 {
-            assert_eq!(preempted, 0, "a task that never checks is never preempted");
-        }
         preemptions_per_s = preempted as f64 / SHORT_RUN.as_secs_f64();
     }
     ShortRun {

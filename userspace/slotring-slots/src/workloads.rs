@@ -50,7 +50,12 @@
 //!   part of the path (a release there repays the borrow and frees
 //!   nothing); the freed slot goes to the best waiter by the grant rule,
 //!   the preempted allocation asks for it again, and the next preemption
-//!   is wanted once that grant is made. Weights never preempt: within one
+//!   is wanted once that grant is made. Before any holder is asked, a
+//!   slot granted to an outranked allocation and not yet acquired (its
+//!   thread not yet running with it: woken, or between units) is taken
+//!   back at once, the newest such allocation's first, with the same CAS
+//!   its own `try_acquire` would take it with, so exactly one of the two
+//!   gets it; the allocation wants it again. Weights never preempt: within one
 //!   priority the grant is the only lever, as above. Hence a priority-0
 //!   query waits for the next checkpoint of one lower-priority holder,
 //!   not for the end of its work (ClickHouse's CPU-slot preemption renews

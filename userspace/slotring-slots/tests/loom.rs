@@ -543,3 +543,48 @@ fn a_waiting_priority_preempts_exactly_one_holder_and_is_granted() {
         idle(cc.counters());
     });
 }
+
+/// A priority-0 query arrives while a priority-1 allocation's thread
+/// takes the slot it was granted: either the thread takes it first (and
+/// the query waits for the holder's checkpoint) or the arrival takes it
+/// back (and the thread finds nothing, wanting it again); never both,
+/// never neither. Nothing leaks.
+#[test]
+fn taking_back_an_unacquired_grant_races_its_acquire() {
+    model(|| {
+        let cc = ConcurrencyControl::with_workloads(
+            &WorkloadTree::new(vec![
+                WorkloadSpec::new("all"),
+                WorkloadSpec::new("user").parent("all").priority(0),
+                WorkloadSpec::new("bg").parent("all").priority(1),
+            ])
+            .unwrap(),
+        );
+        cc.set_max_concurrency(1);
+        let bg = Arc::new(cc.allocate_in("bg", 0, 1).unwrap());
+        let bg2 = bg.clone();
+        let taker = thread::spawn(move || bg2.try_acquire());
+        let user = cc.allocate_in("user", 0, 1).unwrap();
+        let theirs = taker.join().unwrap();
+        let mine = user.try_acquire();
+        assert!(
+            theirs.is_some() != mine.is_some(),
+            "the one slot went to exactly one"
+        );
+        let w = cc.workloads();
+        let bg_node = w.iter().find(|w| w.name == "bg").unwrap();
+        match &theirs {
+            Some(slot) => {
+                assert_eq!(bg_node.preemptions, 0);
+                assert!(slot.should_yield(), "the query waits for bg's checkpoint");
+            }
+            None => {
+                assert_eq!(bg_node.preemptions, 1);
+                assert!(bg.is_requesting(), "the taken-back slot is wanted again");
+            }
+        }
+        drop((theirs, mine, user));
+        drop(bg);
+        idle(cc.counters());
+    });
+}

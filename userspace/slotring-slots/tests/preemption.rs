@@ -184,3 +184,40 @@ fn a_preemption_made_with_the_budget_exceeded_is_the_excess_yield() {
     assert!(user.try_acquire().is_some());
     assert_eq!(node(&cc, "bg").preemptions, 1);
 }
+
+#[test]
+fn a_slot_granted_and_not_yet_acquired_is_taken_back_without_a_checkpoint() {
+    let cc = control(2, user_and_background());
+    let bg = cc.allocate_in("bg", 0, 2).unwrap();
+    let running = bg.try_acquire().unwrap();
+    assert_eq!(bg.granted(), 1, "one granted slot not acquired yet");
+    // The user arrives: bg's unacquired slot is taken back at once and
+    // granted to the user; no holder is asked.
+    let user = cc.allocate_in("user", 0, 1).unwrap();
+    let got = user.try_acquire().expect("the slot bg had not taken");
+    assert!(bg.try_acquire().is_none(), "taken back");
+    assert!(bg.is_requesting(), "bg wants it again");
+    assert_eq!(node(&cc, "bg").preemptions, 1);
+    assert!(
+        !running.should_yield(),
+        "the user is served: nothing to ask"
+    );
+    drop(got);
+    let again = bg.try_acquire().expect("back to bg once the user left");
+    drop((running, again));
+}
+
+#[test]
+fn a_round_robin_min_slot_is_never_taken_back() {
+    // Round robin grants `min` unconditionally: it is not revoked, and
+    // the holder is asked at its checkpoint instead.
+    let cc = control(1, user_and_background());
+    cc.set_scheduler(slotring_slots::Scheduler::RoundRobin);
+    let bg = cc.allocate_in("bg", 1, 1).unwrap();
+    let user = cc.allocate_in("user", 0, 1).unwrap();
+    let slot = bg.try_acquire().expect("the min slot stays bg's");
+    assert!(user.try_acquire().is_none());
+    assert!(slot.should_yield(), "asked at the checkpoint instead");
+    drop(slot);
+    assert!(user.try_acquire().is_some());
+}

@@ -229,12 +229,15 @@ fn live_changes_of_weight_priority_and_max_lose_no_waiter() {
         .collect();
     let granted = |v: &[Allocation]| v.iter().map(Allocation::granted).sum::<u64>();
     assert_eq!((granted(&x), granted(&lo)), (1, 1), "x is capped at 1");
-    // Raise x's limit and put lo first: nothing is free, nothing moves.
+    // Raise x's limit and put lo first: x's granted slot, not acquired
+    // yet, is taken back for lo (the preemption of an unacquired grant);
+    // every waiter is kept, x's among them again.
     cc.set_workloads(&specs(-1, 3, 4)).unwrap();
-    assert_eq!((granted(&x), granted(&lo)), (1, 1));
+    assert_eq!((granted(&x), granted(&lo)), (0, 2), "taken back for lo");
     let waiting = || cc.counters().waiters;
     assert_eq!(waiting(), 4, "every waiter kept");
-    // Freed slots now go to lo (priority -1) while it waits.
+    assert_eq!(node(&cc, "x").preemptions, 1);
+    // Freed slots now go to lo (priority -1) while it waits, then to x.
     let mut held: Vec<AcquiredSlot> = x
         .iter()
         .chain(&lo)
@@ -242,8 +245,9 @@ fn live_changes_of_weight_priority_and_max_lose_no_waiter() {
         .collect();
     assert_eq!(held.len(), 2);
     drop(held.pop());
+    assert_eq!((granted(&x), granted(&lo)), (0, 1), "priority changed live");
     drop(held.pop());
-    assert_eq!((granted(&x), granted(&lo)), (0, 2), "priority changed live");
+    assert_eq!((granted(&x), granted(&lo)), (1, 1), "lo has no waiter left");
     held.extend(lo.iter().filter_map(|a| a.try_acquire()));
     drop(held.drain(..));
     assert_eq!(
@@ -251,7 +255,7 @@ fn live_changes_of_weight_priority_and_max_lose_no_waiter() {
         (2, 0),
         "x's raised limit lets two through"
     );
-    assert_eq!(waiting(), 0);
+    assert_eq!(waiting(), 1, "x's third waits for the budget");
 }
 
 #[test]

@@ -30,7 +30,10 @@
 //! at a node of its path where neither that node nor an ancestor has
 //! borrowed, a sibling branch of strictly lower priority value is
 //! eligible. A yes is kept at once (the slot is dropped, its allocation
-//! asks for it again) and counted in its leaf's `preemptions`.
+//! asks for it again) and counted in its leaf's `preemptions`. Before
+//! any holder is asked, while a preemption is wanted, the slots granted
+//! to outranked allocations and not yet acquired are taken back, newest
+//! allocation first, and counted the same way.
 
 use std::collections::HashMap;
 
@@ -349,6 +352,35 @@ impl Reference {
         self.borrowed == 0 && holder_outranked && self.outranked(leaf)
     }
 
+    /// While a preemption is wanted, take back the granted, unacquired
+    /// slots of outranked allocations, newest first, each then wanted
+    /// again and its slot granted by the rule.
+    fn revoke_unacquired(&mut self) {
+        loop {
+            let wanted = self.borrowed == 0
+                && (1..self.nodes.len()).any(|n| self.nodes[n].held > 0 && self.outranked(n));
+            if !wanted {
+                return;
+            }
+            let victim = self
+                .allocs
+                .iter()
+                .enumerate()
+                .filter_map(|(i, a)| a.as_ref().map(|a| (i, a)))
+                .filter(|(_, a)| a.granted > 0 && self.outranked(a.leaf))
+                .max_by_key(|(_, a)| a.seq)
+                .map(|(i, _)| i);
+            let Some(v) = victim else { return };
+            let a = self.allocs[v].as_mut().unwrap();
+            a.granted -= 1;
+            a.allocated -= 1;
+            a.waiting = a.allocated < a.max;
+            let leaf = a.leaf;
+            self.nodes[leaf].preemptions += 1;
+            self.uncount(leaf, 1);
+        }
+    }
+
     fn unpark(&mut self, leaf: usize) {
         for n in self.path(leaf) {
             let node = &mut self.nodes[n];
@@ -488,6 +520,7 @@ fn run(first: Cfg, ops: Vec<Op>, limit: u64) -> Result<(), TestCaseError> {
             }
             _ => {}
         }
+        r.revoke_unacquired();
         check(&cc, &r, &allocs, &ever_lowered)?;
     }
     drop(slots);

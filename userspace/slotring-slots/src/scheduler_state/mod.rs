@@ -103,7 +103,7 @@ use std::time::Instant;
 
 use crate::SlotsError;
 use crate::scheduler::Scheduler;
-use crate::sync::{Arc, AtomicU64, Condvar, Ordering};
+use crate::sync::{Arc, AtomicU64, Condvar, Ordering, take_one};
 use crate::workloads::{GONE, SlotTree, WorkloadRef, WorkloadSlots};
 use crate::{SlotsCounters, UNLIMITED};
 pub(crate) use lock_free::{Gauges, LockFreeRelease, release_lock_free};
@@ -610,12 +610,79 @@ impl SchedulerState {
     /// workload outranks a holding one ([`SlotTree::preemption`]): one at a
     /// time, since the slot it frees goes to the best waiter, and the next
     /// is wanted only once that grant is made.
+    ///
+    /// Before asking a holder, a preemption takes back a slot that an
+    /// outranked allocation was granted and has not acquired
+    /// ([`SchedulerState::revoke_unacquired`]): its thread is not running
+    /// with it yet, so nothing waits for a checkpoint.
     fn refresh_yield(&mut self) {
-        let excess = (self.cur() - self.borrowed()).saturating_sub(self.limit());
-        let needed = excess.saturating_sub(self.owed);
-        self.preempting = excess == 0 && self.owed == 0 && self.preemption_wanted();
-        self.yield_needed
-            .store(needed + u64::from(self.preempting), Ordering::Relaxed);
+        loop {
+            let excess = (self.cur() - self.borrowed()).saturating_sub(self.limit());
+            let needed = excess.saturating_sub(self.owed);
+            self.preempting = excess == 0 && self.owed == 0 && self.preemption_wanted();
+            if self.preempting && self.revoke_unacquired() {
+                // The slot goes to the best waiter, which outranks the
+                // one it came from: each round serves one waiter.
+                self.schedule();
+                continue;
+            }
+            self.yield_needed
+                .store(needed + u64::from(self.preempting), Ordering::Relaxed);
+            return;
+        }
+    }
+
+    /// Take back one competing slot granted to, and not yet acquired by,
+    /// an allocation of a workload that a waiting one outranks (the newest
+    /// such allocation; never a round-robin `min` slot, which is granted
+    /// unconditionally): it wants the slot again, as after a yield, and
+    /// the taking is counted as its workload's preemption. False if there
+    /// is none, or its thread took the slot first (the same CAS as
+    /// `try_acquire`'s: one of them gets it; see [`crate::sync::take_one`]).
+    /// Called from [`SchedulerState::refresh_yield`] after
+    /// [`SlotTree::preemption`] recorded who is outranked.
+    fn revoke_unacquired(&mut self) -> bool {
+        let Some(tree) = &self.tree else {
+            return false;
+        };
+        let victim = self
+            .slab
+            .iter()
+            .flatten()
+            .filter(|st| {
+                !st.freed
+                    && (st.kind.min_is_non_competing() || st.allocated > st.min)
+                    && st.shared.granted.load(Ordering::Relaxed) > 0
+                    && st
+                        .shared
+                        .workload
+                        .as_ref()
+                        .is_some_and(|w| tree.outranked(w.index()))
+            })
+            .max_by_key(|st| st.seq)
+            .map(|st| st.shared.clone());
+        let Some(a) = victim else {
+            return false;
+        };
+        if !take_one(&a.granted) {
+            return false;
+        }
+        self.held_sub(&a, 1);
+        self.cur -= 1;
+        self.clamp_borrowed();
+        if let (Some(tree), Some(w)) = (&mut self.tree, &a.workload) {
+            tree.preempted(w.index());
+        }
+        let id = a.id;
+        if self.st(id).in_waiters {
+            self.remove_waiter(id);
+        }
+        let st = self.st_mut(id);
+        st.allocated -= 1;
+        if st.allocated < st.limit {
+            self.add_waiter(id);
+        }
+        true
     }
 
     /// Whether a waiting workload outranks a holding one (only while
