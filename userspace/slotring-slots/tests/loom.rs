@@ -18,6 +18,18 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
     b.check(f);
 }
 
+/// `all` over `user` at priority 0 and `bg` at priority 1.
+fn user_over_background() -> ConcurrencyControl {
+    ConcurrencyControl::with_workloads(
+        &WorkloadTree::new(vec![
+            WorkloadSpec::new("all"),
+            WorkloadSpec::new("user").parent("all").priority(0),
+            WorkloadSpec::new("bg").parent("all").priority(1),
+        ])
+        .unwrap(),
+    )
+}
+
 fn idle(c: SlotsCounters) {
     assert_eq!(
         (c.cur_concurrency, c.borrowed, c.parked, c.waiters),
@@ -483,14 +495,7 @@ fn lock_free_release_races_a_new_waiter_under_a_capped_parent() {
 #[test]
 fn a_waiting_priority_preempts_exactly_one_holder_and_is_granted() {
     model(|| {
-        let cc = ConcurrencyControl::with_workloads(
-            &WorkloadTree::new(vec![
-                WorkloadSpec::new("all"),
-                WorkloadSpec::new("user").parent("all").priority(0),
-                WorkloadSpec::new("bg").parent("all").priority(1),
-            ])
-            .unwrap(),
-        );
+        let cc = user_over_background();
         cc.set_max_concurrency(2);
         let bg = cc.allocate_in("bg", 0, 2).unwrap();
         let s0 = bg.try_acquire().unwrap();
@@ -552,14 +557,7 @@ fn a_waiting_priority_preempts_exactly_one_holder_and_is_granted() {
 #[test]
 fn taking_back_an_unacquired_grant_races_its_acquire() {
     model(|| {
-        let cc = ConcurrencyControl::with_workloads(
-            &WorkloadTree::new(vec![
-                WorkloadSpec::new("all"),
-                WorkloadSpec::new("user").parent("all").priority(0),
-                WorkloadSpec::new("bg").parent("all").priority(1),
-            ])
-            .unwrap(),
-        );
+        let cc = user_over_background();
         cc.set_max_concurrency(1);
         let bg = Arc::new(cc.allocate_in("bg", 0, 1).unwrap());
         let bg2 = bg.clone();

@@ -45,12 +45,6 @@ pub(crate) fn workload_a(bpf: &SlotringBpf, cores: usize, report: &mut Report) {
             }
         }
     }
-    let round_p99s = |v: &mut Vec<Phase>| {
-        v.iter_mut()
-            .map(|p| format!("{:.2}", p.p99()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let (rs, ra, rf) = (
         round_p99s(&mut sa),
         round_p99s(&mut aa),
@@ -203,12 +197,6 @@ pub(crate) fn workload_b(
             }
         }
     }
-    let round_p99s = |v: &mut Vec<Phase>| {
-        v.iter_mut()
-            .map(|p| format!("{:.2}", p.p99()))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let (rs, ra, rf) = (
         round_p99s(&mut sa),
         round_p99s(&mut aa),
@@ -316,4 +304,12 @@ pub(crate) fn put_settle(report: &mut Report, runs: &[(&str, Vec<Settle>)]) {
             each.join("; ")
         ),
     );
+}
+
+/// Each round's short-query p99, for the log.
+fn round_p99s(v: &mut [Phase]) -> String {
+    v.iter_mut()
+        .map(|p| format!("{:.2}", p.p99()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
