@@ -76,7 +76,9 @@
 //!   lower than when its critical section began, never higher.
 //! * `granted` / `noncompeting` (per allocation): incremented (grant) and
 //!   emptied (`free`) only inside the mutex, decremented lock-free by
-//!   `try_acquire` with a CAS that never goes below zero. Each unit is taken
+//!   `try_acquire` with a CAS that never goes below zero, and by a
+//!   preemption's take-back inside the mutex with the same CAS (so a unit
+//!   goes to exactly one of the two). Each unit is taken
 //!   by exactly one RMW (single-location coherence), and the slot it becomes
 //!   is later returned (inside the mutex, or by the lock-free release of
 //!   counts the grant raised); the return cannot precede the grant, since
