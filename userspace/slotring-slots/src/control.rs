@@ -337,16 +337,7 @@ impl Allocation {
             };
             blocked = true;
             st.blocked_delta(self.id, true);
-            st = match remaining {
-                None => match self.alloc.cv.wait(st) {
-                    Ok(g) => g,
-                    Err(p) => p.into_inner(),
-                },
-                Some(r) => match self.alloc.cv.wait_timeout(st, r) {
-                    Ok((g, _)) => g,
-                    Err(p) => p.into_inner().0,
-                },
-            };
+            st = st.wait(&self.alloc.cv, remaining);
             st.blocked_delta(self.id, false);
         };
         if blocked {

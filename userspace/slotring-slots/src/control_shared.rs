@@ -16,7 +16,7 @@ use slotring_throttle::LeaseState;
 use crate::scheduler_state::{
     AllocShared, Gauges, LockFreeRelease, SchedulerState, release_lock_free,
 };
-use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering, lock};
+use crate::sync::{Arc, AtomicU64, Condvar, Mutex, MutexGuard, Ordering, lock};
 
 /// State shared by a control, its allocations and their slots.
 #[derive(Debug)]
@@ -35,8 +35,71 @@ pub(crate) struct ControlShared {
 }
 
 impl ControlShared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, SchedulerState> {
-        lock(&self.state)
+    pub(crate) fn lock(&self) -> StateGuard<'_> {
+        StateGuard(Some(lock(&self.state)))
+    }
+}
+
+/// The scheduler state's mutex held: on drop it releases the mutex, then
+/// makes the wake-ups the critical section owed (see the
+/// `scheduler_state` module's "Wake-ups").
+pub(crate) struct StateGuard<'a>(Option<MutexGuard<'a, SchedulerState>>);
+
+impl StateGuard<'_> {
+    /// Make the owed wake-ups (the mutex is still held: a waiter that is
+    /// about to block itself makes them first).
+    fn wake_now(&mut self) {
+        if let Some(g) = self.0.as_mut() {
+            wake(std::mem::take(&mut g.wakes));
+        }
+    }
+
+    /// Block on `cv` (the allocation's), releasing the mutex while
+    /// waiting, up to `timeout` if given.
+    pub(crate) fn wait(mut self, cv: &Condvar, timeout: Option<std::time::Duration>) -> Self {
+        self.wake_now();
+        let g = self.0.take().expect("a held guard");
+        let g = match timeout {
+            None => cv.wait(g).unwrap_or_else(|p| p.into_inner()),
+            Some(t) => match cv.wait_timeout(g, t) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            },
+        };
+        StateGuard(Some(g))
+    }
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = SchedulerState;
+    fn deref(&self) -> &SchedulerState {
+        self.0.as_ref().expect("a held guard")
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut SchedulerState {
+        self.0.as_mut().expect("a held guard")
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        let Some(mut g) = self.0.take() else { return };
+        let wakes = std::mem::take(&mut g.wakes);
+        drop(g);
+        wake(wakes);
+    }
+}
+
+/// Make `wakes`: all of an allocation's blocked acquirers, or one.
+fn wake(wakes: Vec<(Arc<AllocShared>, bool)>) {
+    for (a, all) in wakes {
+        if all {
+            a.cv.notify_all();
+        } else {
+            a.cv.notify_one();
+        }
     }
 }
 

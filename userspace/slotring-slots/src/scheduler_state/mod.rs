@@ -30,12 +30,18 @@
 //! tree: no waiter at all).
 //!
 //! Wake-ups: a blocking `acquire` waits on its allocation's condvar with the
-//! state mutex (counted in `blocked`), so a notify under the mutex is never
-//! lost. It is notified whenever its answer can change: a grant while the
-//! allocation still wants more (`notify_one`: one slot, one taker); the last
-//! grant, a `set_max` shrink that ends the request, and `free`
-//! (`notify_all`: every other blocked caller must return `Exhausted` or
-//! `Freed` instead of sleeping forever).
+//! state mutex (counted in `blocked`). It is owed a wake-up whenever its
+//! answer can change, recorded under the mutex and made just after the
+//! mutex is released (the guard's drop), so that the woken thread, often
+//! placed on its waker's CPU, neither preempts a thread that holds the
+//! mutex nor blocks on it at once. None is lost: the waiter checked its
+//! answer under the mutex and its wait releases the mutex atomically, so
+//! a change made after its check is followed by a notify while it waits.
+//! Owed: one at a grant while the allocation still wants more
+//! (`notify_one`: one slot, one taker); all at the last grant, a `set_max`
+//! shrink that ends the request, and `free` (`notify_all`: every other
+//! blocked caller must return `Exhausted` or `Freed` instead of sleeping
+//! forever).
 //!
 //! Borrowing: `borrowed ≤ cur.saturating_sub(max)` always (it is read as
 //! that minimum, and stored so before every raise of `cur`, after every
@@ -233,6 +239,10 @@ pub(crate) struct SchedulerState {
     /// The workload tree, if any (see the `workloads` module).
     tree: Option<SlotTree>,
     next_seq: u64,
+    /// Wake-ups owed to blocked acquirers (`true`: all of an allocation's,
+    /// else one), made by the lock's guard once the mutex is released
+    /// ([`crate::control_shared::StateGuard`]).
+    pub(crate) wakes: Vec<(Arc<AllocShared>, bool)>,
 }
 
 impl Default for SchedulerState {
@@ -263,6 +273,7 @@ impl SchedulerState {
             queues: vec![LeafQueue::default()],
             tree: None,
             next_seq: 0,
+            wakes: Vec::new(),
         }
     }
 
@@ -441,7 +452,8 @@ impl SchedulerState {
             // return `Exhausted` (or take a slot granted meanwhile).
             let st = self.st(id);
             if st.blocked > 0 {
-                st.shared.cv.notify_all();
+                let a = st.shared.clone();
+                self.wakes.push((a, true));
             }
         } else if was_waiter && will_be_waiter && new_limit > old_limit {
             need_schedule = true;
@@ -470,11 +482,12 @@ impl SchedulerState {
         st.freed = true;
         let amount = st.shared.granted.swap(0, Ordering::Relaxed);
         st.shared.noncompeting.swap(0, Ordering::Relaxed);
-        if st.blocked > 0 {
-            st.shared.cv.notify_all();
-        }
+        let wake = st.blocked > 0;
         let in_waiters = st.in_waiters;
         let shared = st.shared.clone();
+        if wake {
+            self.wakes.push((shared.clone(), true));
+        }
         self.held_sub(&shared, amount);
         self.cur -= amount;
         self.clamp_borrowed();

@@ -135,14 +135,11 @@ impl SchedulerState {
         st.shared.granted.fetch_add(1, Ordering::Relaxed);
         let wants_more = st.allocated < st.limit;
         if st.blocked > 0 {
-            if wants_more {
-                st.shared.cv.notify_one();
-            } else {
-                // The last grant it will get: one blocked acquirer takes it,
-                // the others must wake to return `Exhausted` (or they would
-                // sleep forever).
-                st.shared.cv.notify_all();
-            }
+            // The last grant it will get (`!wants_more`): one blocked
+            // acquirer takes it, the others must wake to return
+            // `Exhausted` (or they would sleep forever).
+            let a = st.shared.clone();
+            self.wakes.push((a, !wants_more));
         }
         wants_more
     }
