@@ -146,15 +146,23 @@ impl SlotState {
         alloc: Option<Arc<AllocShared>>,
         competing: bool,
     ) -> Self {
-        let counting_since =
-            (competing && alloc.as_ref().is_some_and(|a| a.workload.is_some())).then(Instant::now);
-        Self {
+        let mut s = Self {
             shared,
             alloc,
             competing,
             parked: false,
             tenant: None,
-            counting_since,
+            counting_since: None,
+        };
+        s.start_counting();
+        s
+    }
+
+    /// Count slot time from now, if the slot counts in a workload (a
+    /// competing slot of an allocation in a workload tree).
+    fn start_counting(&mut self) {
+        if self.competing && self.alloc.as_ref().is_some_and(|a| a.workload.is_some()) {
+            self.counting_since = Some(Instant::now());
         }
     }
 
@@ -191,9 +199,7 @@ impl SlotState {
         }
         shared.lock().unpark(self.alloc.as_ref(), self.competing);
         self.parked = false;
-        if self.competing && self.alloc.as_ref().is_some_and(|a| a.workload.is_some()) {
-            self.counting_since = Some(Instant::now());
-        }
+        self.start_counting();
     }
 
     pub(crate) fn lease_state(&self) -> LeaseState {

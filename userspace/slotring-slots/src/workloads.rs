@@ -162,7 +162,7 @@ impl WorkloadRef {
 }
 
 /// One workload's numbers (see [`crate::ConcurrencyControl::workloads`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct WorkloadSlots {
     /// The workload's name.
     pub name: String,

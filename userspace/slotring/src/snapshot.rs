@@ -188,16 +188,7 @@ impl WorkloadSeries for WorkloadSlots {
     fn other() -> Self {
         Self {
             name: OTHER_WORKLOADS.to_owned(),
-            parent: None,
-            max_concurrent_threads: None,
-            held: 0,
-            borrowed: 0,
-            parked: 0,
-            allocations: 0,
-            grants: 0,
-            borrows: 0,
-            preemptions: 0,
-            slot_ns: 0,
+            ..Self::default()
         }
     }
 
