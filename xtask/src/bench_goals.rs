@@ -182,6 +182,30 @@ const WORKLOAD: &[KeyGoal] = &[
         "background slots preempted for the short queries, per s",
     ),
     info(
+        "wl_cpu_short_wait_p99_ms",
+        "of the short queries' latency, the wait for a slot, p99 ms (what the slot scheduler decides)",
+    ),
+    info(
+        "wl_cpu_short_work_p99_ms",
+        "of it, the 0.5 ms of work, wall time, p99 ms (alone: wl_cpu_short_work_p99_ms_alone)",
+    ),
+    info(
+        "wl_cpu_short_release_p99_ms",
+        "of it, the drop of the slot, handed to a woken background thread, p99 ms",
+    ),
+    info(
+        "wl_cpu_short_slowest_pct_wait",
+        "of the queries slower than 1.2 x the alone p99, % whose largest part was the wait",
+    ),
+    info(
+        "wl_cpu_short_slowest_pct_work",
+        "the same, % whose largest part was the work",
+    ),
+    info(
+        "wl_cpu_short_slowest_pct_release",
+        "the same, % whose largest part was the release",
+    ),
+    info(
         "wl_cpu_bg_held_p99_ms",
         "the background's 1 ms tasks from acquire to done, p99 ms: the kernel's stretch of CPU-bound work on this machine",
     ),

@@ -34,9 +34,17 @@
 //!   `wl_cpu_short_p99_ms_flat` the same with no tree (every allocation
 //!   plain, `max_min_fair`: the baseline; its checks never say yes), and
 //!   `wl_cpu_short_p99_ms_alone` the short queries in the tree with no
-//!   background. `wl_cpu_short_wait_p99_ms` (`_flat`) is the p99 of the
-//!   part of each latency spent waiting for a slot (the allocation to
-//!   acquire's return); `wl_cpu_bg_held_p99_ms` the p99 of the
+//!   background. Each latency is split in three parts, and each part's
+//!   p99 is a key: `wl_cpu_short_wait_p99_ms` (`_flat`), the wait for a
+//!   slot (the allocation to acquire's return: what the slot scheduler
+//!   decides); `wl_cpu_short_work_p99_ms` (`_alone`), the 0.5 ms of work,
+//!   wall time (stretched when the kernel runs another thread on the
+//!   query's core); and `wl_cpu_short_release_p99_ms` (`_alone`), the drop
+//!   of the slot (long when the background thread it is handed to is
+//!   woken onto the query's core and runs before the query's thread
+//!   returns from the wake-up). `wl_cpu_short_slowest_pct_{wait,work,release}`
+//!   say, of the tree's queries slower than 1.2 × the alone p99, in what %
+//!   each part was the largest. `wl_cpu_bg_held_p99_ms` the p99 of the
 //!   background's 1 ms tasks' holds beside them in the tree, stretched by
 //!   the kernel's sharing of the cores: the one release a query at the
 //!   higher priority waits for.
@@ -237,12 +245,42 @@ enum Mode {
     Alone,
 }
 
+/// One short query's latency and its three parts, in ms.
+#[derive(Clone, Copy, Debug)]
+struct Query {
+    /// The allocation to the slot's drop.
+    lat: f64,
+    /// The allocation to acquire's return.
+    wait: f64,
+    /// The work, wall time.
+    work: f64,
+    /// The slot's drop.
+    release: f64,
+}
+
+/// One short query: allocate, acquire, spin `iters`, release; timed.
+fn short_query(cc: &ConcurrencyControl, workload: Option<&str>, iters: u64) -> Query {
+    let asked = Instant::now();
+    let a = allocate(cc, workload);
+    let slot = a.acquire().expect("a slot of a live allocation");
+    let got = Instant::now();
+    spin(iters);
+    let worked = Instant::now();
+    drop(slot);
+    let done = Instant::now();
+    let ms = |from: Instant, to: Instant| (to - from).as_secs_f64() * 1e3;
+    Query {
+        lat: ms(asked, done),
+        wait: ms(asked, got),
+        work: ms(got, worked),
+        release: ms(worked, done),
+    }
+}
+
 /// One run of short queries, in ms.
 struct ShortRun {
-    /// Each query's latency.
-    lat: Vec<f64>,
-    /// Of that, its wait for a slot (the allocation to acquire's return).
-    wait: Vec<f64>,
+    /// Each query, timed.
+    queries: Vec<Query>,
     /// Each background task's slot hold (acquire's return to the drop):
     /// how far the kernel stretched the 1 ms tasks the queries wait for.
     bg_held: Vec<f64>,
@@ -270,7 +308,7 @@ fn short_round(mode: Mode, cores: u64, unit: u64, short: u64, chunk: u64) -> Sho
         _ => chunk,
     };
     let stop = AtomicBool::new(false);
-    let (mut lat, mut wait) = (Vec::new(), Vec::new());
+    let mut queries = Vec::new();
     let mut bg_held = Vec::new();
     std::thread::scope(|s| {
         let bg: Vec<_> = (0..bg_threads)
@@ -292,10 +330,7 @@ fn short_round(mode: Mode, cores: u64, unit: u64, short: u64, chunk: u64) -> Sho
         let mut next = Instant::now();
         while next < end {
             std::thread::sleep(next.saturating_duration_since(Instant::now()));
-            let asked = Instant::now();
-            let (got, done) = task(&cc, short_in, short);
-            lat.push((done - asked).as_secs_f64() * 1e3);
-            wait.push((got - asked).as_secs_f64() * 1e3);
+            queries.push(short_query(&cc, short_in, short));
             next = (next + SHORT_EVERY).max(Instant::now());
         }
         stop.store(true, Ordering::Relaxed);
@@ -307,7 +342,7 @@ fn short_round(mode: Mode, cores: u64, unit: u64, short: u64, chunk: u64) -> Sho
     if short_in.is_some() {
         assert_eq!(
             grants(&cc, "short"),
-            lat.len() as u64,
+            queries.len() as u64,
             "every short query was granted through its workload"
         );
         let bg = cc.workloads().into_iter().find(|w| w.name == "bg");
@@ -315,8 +350,7 @@ fn short_round(mode: Mode, cores: u64, unit: u64, short: u64, chunk: u64) -> Sho
         preemptions_per_s = preempted as f64 / SHORT_RUN.as_secs_f64();
     }
     ShortRun {
-        lat,
-        wait,
+        queries,
         bg_held,
         preemptions_per_s,
     }
@@ -328,6 +362,10 @@ struct Short {
     p99: Vec<f64>,
     p50: Vec<f64>,
     wait_p99: Vec<f64>,
+    work_p99: Vec<f64>,
+    release_p99: Vec<f64>,
+    /// Every round's queries (for the split of the slowest).
+    queries: Vec<Query>,
     /// The background tasks' hold, p99 per round.
     bg_held_p99: Vec<f64>,
     /// The last round's background hold, max (for the log).
@@ -341,9 +379,15 @@ impl Short {
     fn round(&mut self, mode: Mode, cores: u64, unit: u64, short: u64, chunk: u64) {
         let mut run = short_round(mode, cores, unit, short, chunk);
         self.preemptions_per_s.push(run.preemptions_per_s);
-        self.p99.push(percentile(&mut run.lat, 99.0));
-        self.p50.push(median(&mut run.lat));
-        self.wait_p99.push(percentile(&mut run.wait, 99.0));
+        let part = |f: fn(&Query) -> f64| run.queries.iter().map(f).collect::<Vec<_>>();
+        let (mut lat, mut wait) = (part(|q| q.lat), part(|q| q.wait));
+        let (mut work, mut release) = (part(|q| q.work), part(|q| q.release));
+        self.p99.push(percentile(&mut lat, 99.0));
+        self.p50.push(median(&mut lat));
+        self.wait_p99.push(percentile(&mut wait, 99.0));
+        self.work_p99.push(percentile(&mut work, 99.0));
+        self.release_p99.push(percentile(&mut release, 99.0));
+        self.queries.extend(run.queries);
         self.bg_held_p99.push(percentile(&mut run.bg_held, 99.0));
         self.bg_held_max = percentile(&mut run.bg_held, 100.0);
     }
@@ -359,12 +403,31 @@ impl Short {
             ),
         };
         format!(
-            "p99 {:.3} p50 {:.3} wait p99 {:.3}{bg} preemptions/s {:.0}",
+            "p99 {:.3} p50 {:.3} wait p99 {:.3} work p99 {:.3} release p99 {:.3}{bg} preemptions/s {:.0}",
             l(&self.p99),
             l(&self.p50),
             l(&self.wait_p99),
+            l(&self.work_p99),
+            l(&self.release_p99),
             l(&self.preemptions_per_s),
         )
+    }
+}
+
+impl Short {
+    /// Of the queries slower than `over` ms, the % in which the wait, the
+    /// work and the release (in that order) was the largest part.
+    fn slowest_split(&self, over: f64) -> [f64; 3] {
+        let slow: Vec<&Query> = self.queries.iter().filter(|q| q.lat > over).collect();
+        let mut n = [0usize; 3];
+        for q in &slow {
+            let parts = [q.wait, q.work, q.release];
+            let largest = (0..3)
+                .max_by(|&a, &b| parts[a].total_cmp(&parts[b]))
+                .expect("three parts");
+            n[largest] += 1;
+        }
+        n.map(|c| 100.0 * c as f64 / slow.len().max(1) as f64)
     }
 }
 
@@ -444,6 +507,42 @@ fn main() {
         median(&mut tree.wait_p99),
         "ms; of wl_cpu_short_p99_ms's queries, the wait for a slot, p99",
     );
+    r.put(
+        "wl_cpu_short_work_p99_ms",
+        median(&mut tree.work_p99),
+        "ms; of wl_cpu_short_p99_ms's queries, the 0.5 ms of work, wall time, p99",
+    );
+    r.put(
+        "wl_cpu_short_work_p99_ms_alone",
+        median(&mut alone.work_p99),
+        "ms; the same with no background",
+    );
+    r.put(
+        "wl_cpu_short_release_p99_ms",
+        median(&mut tree.release_p99),
+        "ms; of wl_cpu_short_p99_ms's queries, the drop of the slot (handed to a background thread), p99",
+    );
+    r.put(
+        "wl_cpu_short_release_p99_ms_alone",
+        median(&mut alone.release_p99),
+        "ms; the same with no background (no thread to hand it to)",
+    );
+    let [wait_pct, work_pct, release_pct] = tree.slowest_split(1.2 * alone_p99);
+    for (key, pct, part) in [
+        ("wl_cpu_short_slowest_pct_wait", wait_pct, "the wait"),
+        ("wl_cpu_short_slowest_pct_work", work_pct, "the work"),
+        (
+            "wl_cpu_short_slowest_pct_release",
+            release_pct,
+            "the release",
+        ),
+    ] {
+        r.put(
+            key,
+            pct,
+            &format!("%; of the tree's queries slower than 1.2 x the alone p99 (every round), those whose largest part was {part}"),
+        );
+    }
     r.put(
         "wl_cpu_bg_held_p99_ms",
         median(&mut tree.bg_held_p99),
