@@ -181,6 +181,8 @@ fn bench(root: &Path, suite: &str) -> Result<()> {
         let names: Vec<_> = suites::BENCHES.iter().map(|s| s.name).collect();
         bail!("unknown bench suite `{suite}`; known: {}", names.join(", "));
     };
+    // The baselines (fio, wrk, stress-ng) are the same packages CI needs.
+    deps::ensure(&mut deps::Host, deps::PACKAGES)?;
     let dir = root.join("target/bench");
     let mut envs = vec![(
         "SLOTRING_BENCH_DIR".to_owned(),

@@ -344,6 +344,12 @@ impl Allocation {
             let us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
             st.stats.wait_us = st.stats.wait_us.saturating_add(us);
         }
+        // The wake-up yield (the `workloads` module docs): after the mutex.
+        let give_cpu = blocked && result.is_ok() && st.wake_yield(&self.alloc);
+        drop(st);
+        if give_cpu {
+            std::thread::yield_now();
+        }
         result
     }
 

@@ -62,6 +62,19 @@
 //!   every lease each quantum; here only an outranked holder is asked, so
 //!   a holder nobody outranks never pays a release and a re-grant).
 //!   `WorkloadSlots::preemptions` counts the yields promised.
+//! * **The wake-up yield.** A thread of a workload that can be outranked
+//!   (it or an ancestor has a sibling of strictly lower priority value)
+//!   that blocked in `acquire` and woke with a slot gives its CPU once
+//!   (`sched_yield`) before it returns. The slot it woke for was often just
+//!   released by a higher-priority query, whose thread the kernel shares a
+//!   core with the woken one: the woken thread slept, so it has the
+//!   earlier EEVDF deadline and runs first, and the query's thread
+//!   returns from its release only after that thread's slice. With the
+//!   yield the releaser finishes first; on an idle core the yield returns
+//!   at once (about 1 µs). A workload nobody can outrank never yields, so
+//!   a priority-0 query woken for its slot runs at once. Measured in
+//!   decision 0027 (`wl_cpu_short_release_p99_ms`);
+//!   `WorkloadSlots::wake_yields` counts the yields.
 //! * **Parking.** A parked slot stops counting against every workload on
 //!   its path, so its capacity can go to a waiter below a capped node. An
 //!   unpark never waits: on each node of the path it either fits (`held <
@@ -186,6 +199,9 @@ pub struct WorkloadSlots {
     /// Yields its holders promised because a waiting workload outranked
     /// it (the priority preemption of the module docs), in total.
     pub preemptions: u64,
+    /// CPU yields its allocations' threads made as they woke with a slot
+    /// (the wake-up yield of the module docs), in total.
+    pub wake_yields: u64,
     /// Slot time: nanoseconds that competing slots of the allocations
     /// below it (at every level) counted against it, unparked, in total.
     /// A slot's time is added when it parks or is released, so a slot held
@@ -215,6 +231,7 @@ struct Node {
     grants: u64,
     borrows: u64,
     preemptions: u64,
+    wake_yields: u64,
 }
 
 impl Node {
@@ -269,6 +286,9 @@ pub(crate) struct SlotTree {
     /// Whether any node's children differ in priority: without that, no
     /// workload can outrank another and [`SlotTree::preemption`] is skipped.
     has_priorities: bool,
+    /// Whether a node can be outranked: it or an ancestor has a sibling of
+    /// strictly lower priority value (the wake-up yield's rule).
+    outrankable: Vec<bool>,
 }
 
 /// "Not in the new tree", in [`SlotTree::rebuild`]'s map.
@@ -352,6 +372,7 @@ impl SlotTree {
                 grants: was.map_or(0, |w| w.grants),
                 borrows: was.map_or(0, |w| w.borrows),
                 preemptions: was.map_or(0, |w| w.preemptions),
+                wake_yields: was.map_or(0, |w| w.wake_yields),
             };
             node.clamp_borrowed();
             nodes.push(node);
@@ -374,6 +395,18 @@ impl SlotTree {
                 .windows(2)
                 .any(|w| nodes[w[0]].priority != nodes[w[1]].priority)
         });
+        // Parents come before children: each node's answer extends its
+        // parent's.
+        let mut outrankable = vec![false; nodes.len()];
+        for i in 0..nodes.len() {
+            if let Some(p) = nodes[i].parent {
+                let lower_sibling = nodes[p]
+                    .children
+                    .iter()
+                    .any(|&c| nodes[c].priority < nodes[i].priority);
+                outrankable[i] = outrankable[p] || lower_sibling;
+            }
+        }
         Ok((
             SlotTree {
                 nodes,
@@ -382,6 +415,7 @@ impl SlotTree {
                 outranked,
                 repays,
                 has_priorities,
+                outrankable,
             },
             map,
         ))
@@ -558,6 +592,16 @@ impl SlotTree {
         self.outranked[leaf]
     }
 
+    /// Whether a thread of `leaf` that woke with a slot gives its CPU once
+    /// (the module docs' wake-up yield), counted when it does.
+    pub(crate) fn wake_yield(&mut self, leaf: usize) -> bool {
+        let yields = self.outrankable[leaf];
+        if yields {
+            self.nodes[leaf].wake_yields += 1;
+        }
+        yields
+    }
+
     /// A holder of `leaf` promised a preemption yield.
     pub(crate) fn preempted(&mut self, leaf: usize) {
         self.nodes[leaf].preemptions += 1;
@@ -590,6 +634,7 @@ impl SlotTree {
                 grants: n.grants,
                 borrows: n.borrows,
                 preemptions: n.preemptions,
+                wake_yields: n.wake_yields,
                 slot_ns,
             })
             .collect()

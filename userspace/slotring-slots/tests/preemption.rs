@@ -221,3 +221,75 @@ fn a_round_robin_min_slot_is_never_taken_back() {
     drop(slot);
     assert!(user.try_acquire().is_some());
 }
+
+/// Block a thread in `a.acquire()` (once some acquirer has waited, which
+/// only this thread can), run `release` to grant it a slot, and return
+/// its workload's wake-up yields once the thread has its slot.
+fn wake_yields_of_a_blocked_acquire(
+    cc: &ConcurrencyControl,
+    a: Allocation,
+    workload: &str,
+    release: impl FnOnce(),
+) -> u64 {
+    std::thread::scope(|s| {
+        let t = s.spawn(move || {
+            let slot = a.acquire().expect("granted once the holder releases");
+            drop(slot);
+        });
+        while cc.counters().waiting_us == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        release();
+        t.join().unwrap();
+    });
+    node(cc, workload).wake_yields
+}
+
+#[test]
+fn a_thread_that_can_be_outranked_gives_its_cpu_once_when_it_wakes_with_a_slot() {
+    let cc = control(1, user_and_background());
+    let user = cc.allocate_in("user", 0, 1).unwrap();
+    let held = user.try_acquire().unwrap();
+    let bg = cc.allocate_in("bg", 0, 1).unwrap();
+    let n = wake_yields_of_a_blocked_acquire(&cc, bg, "bg", move || drop(held));
+    assert_eq!(n, 1, "bg has a sibling of lower priority value");
+    assert_eq!(node(&cc, "user").wake_yields, 0);
+}
+
+#[test]
+fn a_thread_nobody_can_outrank_never_yields_and_neither_does_one_that_did_not_block() {
+    // user (priority 0) blocks behind bg's slot and wakes with it.
+    let cc = control(1, user_and_background());
+    let bg = cc.allocate_in("bg", 0, 1).unwrap();
+    let held = bg.try_acquire().unwrap();
+    let user = cc.allocate_in("user", 0, 1).unwrap();
+    let n = wake_yields_of_a_blocked_acquire(&cc, user, "user", move || drop(held));
+    assert_eq!(n, 0, "nothing has a lower priority value than user");
+
+    // An acquire that finds its slot granted never blocks, so never yields.
+    let bg2 = cc.allocate_in("bg", 0, 1).unwrap();
+    drop(bg2.acquire().unwrap());
+    assert_eq!(node(&cc, "bg").wake_yields, 0);
+}
+
+#[test]
+fn a_leaf_outranked_through_an_ancestor_yields_on_its_wake_up() {
+    // batch (priority 1) beside user (0); inside batch, `first` is at
+    // priority 0 among its siblings, yet batch itself can be outranked.
+    let cc = control(
+        1,
+        vec![
+            WorkloadSpec::new("all"),
+            WorkloadSpec::new("user").parent("all").priority(0),
+            WorkloadSpec::new("batch").parent("all").priority(1),
+            WorkloadSpec::new("first").parent("batch").priority(0),
+            WorkloadSpec::new("second").parent("batch").priority(1),
+        ],
+    );
+    let user = cc.allocate_in("user", 0, 1).unwrap();
+    let held = user.try_acquire().unwrap();
+    let first = cc.allocate_in("first", 0, 1).unwrap();
+    let n = wake_yields_of_a_blocked_acquire(&cc, first, "first", move || drop(held));
+    assert_eq!(n, 1);
+    assert_eq!(node(&cc, "batch").wake_yields, 0, "counted at the leaf");
+}

@@ -200,6 +200,7 @@ impl WorkloadSeries for WorkloadSlots {
         self.grants = self.grants.saturating_add(w.grants);
         self.borrows = self.borrows.saturating_add(w.borrows);
         self.preemptions = self.preemptions.saturating_add(w.preemptions);
+        self.wake_yields = self.wake_yields.saturating_add(w.wake_yields);
         self.slot_ns = self.slot_ns.saturating_add(w.slot_ns);
     }
 }
@@ -349,6 +350,7 @@ mod tests {
             grants: n,
             borrows: n,
             preemptions: n,
+            wake_yields: n,
             slot_ns: n,
         };
         // all -> a -> a0, a1 (leaves), all -> b (leaf); a node's counts

@@ -156,6 +156,17 @@ pub(crate) struct Hog {
     pub(crate) child: Child,
 }
 
+/// Stop the bench unless `stress-ng` runs: [`hog`] execs it from a shell,
+/// whose exit on a missing binary would otherwise leave (b) measured with
+/// no hog.
+pub(crate) fn require_stress_ng() {
+    match Command::new("stress-ng").arg("--version").output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!("`stress-ng --version` failed: {}", out.status),
+        Err(e) => panic!("stress-ng cannot run ({e}): `cargo xtask deps` installs it"),
+    }
+}
+
 pub(crate) fn hog(n: usize, cg: &Path) -> Hog {
     use std::os::unix::process::CommandExt;
     let script = format!(

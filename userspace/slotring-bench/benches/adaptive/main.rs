@@ -112,6 +112,7 @@ pub(crate) fn unit() {
 }
 
 fn main() {
+    machine::require_stress_ng();
     check_best_static_rule();
     check_plain_window_rule();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -266,6 +266,7 @@ mod tests {
             grants,
             borrows: 0,
             preemptions: u64::from(name == "background") * 7,
+            wake_yields: 0,
             slot_ns,
         };
         let cpu = WorkloadCpuReport::of_tree(&[

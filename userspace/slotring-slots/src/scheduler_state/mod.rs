@@ -700,6 +700,17 @@ impl SchedulerState {
         true
     }
 
+    /// Whether the thread of `a`, which blocked in `acquire` and woke with
+    /// a slot, gives its CPU once before it runs: only in a workload that
+    /// can be outranked (see the `workloads` module's wake-up yield);
+    /// counted per workload when it does.
+    pub(crate) fn wake_yield(&mut self, a: &AllocShared) -> bool {
+        match (&mut self.tree, &a.workload) {
+            (Some(tree), Some(w)) => tree.wake_yield(w.index()),
+            _ => false,
+        }
+    }
+
     /// Whether a waiting workload outranks a holding one (only while
     /// allocations wait, with a tree, and while no slot is borrowed: a
     /// release would repay the borrow, not free a slot for the waiter).
