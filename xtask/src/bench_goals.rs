@@ -122,13 +122,15 @@ const WORKLOAD: &[KeyGoal] = &[
     ),
     g(
         "wl_user_wait_p99_ms",
+        "<= wl_piece_ms + 2",
+        "a priority-0 read's wait for its turn beside a saturating priority-1 background, p99 ms: at most one 256 KiB piece in flight ahead of it, plus 2 ms",
+    ),
+    g(
+        "wl_user_wait_p99_ms",
         "<= 0.1 x wl_user_wait_p99_ms_rocksdb",
-        "a priority-0 read's wait for its turn beside a saturating priority-1 background, p99 ms",
+        "the same wait against the RocksDB-style limiter's",
     ),
-    info(
-        "wl_piece_ms",
-        "one 256 KiB piece at the 64 MiB/s root, ms (the user wait's other goal: <= 1 piece + 2 ms)",
-    ),
+    info("wl_piece_ms", "one 256 KiB piece at the 64 MiB/s root, ms"),
     g(
         "wl_background_share_idle_pct",
         ">= 99",
