@@ -412,9 +412,7 @@ impl Short {
             l(&self.preemptions_per_s),
         )
     }
-}
 
-impl Short {
     /// Of the queries slower than `over` ms, the % in which the wait, the
     /// work and the release (in that order) was the largest part.
     fn slowest_split(&self, over: f64) -> [f64; 3] {
