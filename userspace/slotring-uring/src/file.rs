@@ -5,12 +5,17 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::sys::{RealSyscalls, Syscalls};
 use nix::fcntl::{FcntlArg, OFlag, PosixFadviseAdvice, fcntl, posix_fadvise};
 
 /// [`UringFile::size_hint`] of a file whose reads no size bounds.
 pub const SIZE_UNBOUNDED: u64 = u64::MAX;
+
+/// How many evictions [`UringFile::make_cold`] makes, 1 ms apart, before it
+/// reports the pages that stay cached: a second's worth.
+const MAKE_COLD_TRIES: u32 = 1000;
 
 /// How page-cache detection treats a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +131,38 @@ impl UringFile {
             PosixFadviseAdvice::POSIX_FADV_DONTNEED,
         )
         .map_err(io::Error::from)
+    }
+
+    /// Make the file cold: [`evict`](Self::evict) it until `cachestat(2)`
+    /// counts none of its pages in the page cache. The kernel skips a page
+    /// that something holds at that moment (another CPU's LRU batch, a
+    /// reclaim or access scan), so one eviction can leave pages behind; this
+    /// asks again, 1 ms apart, up to 1,000 times. Dirty
+    /// pages are written back by the first eviction and dropped by a later
+    /// one once clean. Without `cachestat` (before Linux 6.5) one eviction
+    /// is all it does.
+    ///
+    /// Errors: the eviction's or `cachestat`'s; `ResourceBusy`, naming the
+    /// pages still cached, when they stay (a page mapped by `mmap(2)` does).
+    pub fn make_cold(&self) -> io::Result<()> {
+        let mut cached = 0;
+        for _ in 0..MAKE_COLD_TRIES {
+            self.evict()?;
+            match RealSyscalls.cachestat(self.fd(), 0, 0) {
+                Ok(st) if st.nr_cache == 0 => return Ok(()),
+                Ok(st) => cached = st.nr_cache,
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Err(io::Error::new(
+            io::ErrorKind::ResourceBusy,
+            format!(
+                "{cached} pages of fd {} stay in the page cache after {MAKE_COLD_TRIES} evictions",
+                self.fd()
+            ),
+        ))
     }
 
     /// Disable readahead for this file (`POSIX_FADV_RANDOM`), so that the disk

@@ -20,16 +20,6 @@ fn pread() -> Box<dyn IoEngine> {
     Box::new(PreadEngine::new(Default::default()))
 }
 
-/// Evict `f` and check that the kernel really dropped it.
-fn make_cold(f: &UringFile, len: u64) {
-    f.evict().unwrap();
-    assert_eq!(
-        cached_pages(f, 0, len),
-        0,
-        "posix_fadvise(DONTNEED) left pages cached"
-    );
-}
-
 fn hit_and_miss(make: fn() -> Box<dyn IoEngine>) {
     let tf = disk_file(1 << 20, 1);
     let off = 256 << 10;
@@ -42,7 +32,7 @@ fn hit_and_miss(make: fn() -> Box<dyn IoEngine>) {
         attempt += 1;
         let mut e = make();
         let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
-        make_cold(&tf.file, 1 << 20);
+        tf.file.make_cold().unwrap();
         // Cold: a disk read, charged to the block-device throttler and its parent.
         let (r, buf) = e.read_at(&tf.file, vec![0; len], off, Some(&chain), NO_CAP);
         assert_eq!(r.unwrap(), len);
@@ -85,7 +75,7 @@ fn hit_and_miss(make: fn() -> Box<dyn IoEngine>) {
 fn partial_hit(mut e: Box<dyn IoEngine>) {
     let tf = disk_file(1 << 20, 2);
     let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
-    make_cold(&tf.file, 1 << 20);
+    tf.file.make_cold().unwrap();
     // Warm the first 64 KiB only.
     let (r, _) = e.read_at(&tf.file, vec![0; 64 << 10], 0, None, NO_CAP);
     assert_eq!(r.unwrap(), 64 << 10);
@@ -110,7 +100,7 @@ fn partial_hit(mut e: Box<dyn IoEngine>) {
 fn no_detection_without_a_caring_throttler(mut e: Box<dyn IoEngine>) {
     let tf = disk_file(256 << 10, 3);
     let plain: ThrottlePtr = Arc::new(Throttler::new(1 << 30).unwrap());
-    make_cold(&tf.file, 256 << 10);
+    tf.file.make_cold().unwrap();
     let (r, buf) = e.read_at(&tf.file, vec![0; 256 << 10], 0, Some(&plain), NO_CAP);
     assert_eq!(r.unwrap(), 256 << 10);
     assert_eq!(buf, tf.data);
@@ -258,7 +248,7 @@ fn max_block_caps_each_wait(mut e: Box<dyn IoEngine>) {
 fn random_integrity(mut e: Box<dyn IoEngine>, reads: usize) {
     let tf = disk_file(8 << 20, 11);
     let (_disk, _parent, chain) = disk_chain(1 << 30, 1 << 30);
-    tf.file.evict().unwrap();
+    tf.file.make_cold().unwrap();
     let mut rng = Rng(0x1234_5678);
     for _ in 0..reads {
         let off = rng.below(9 << 20);
@@ -518,7 +508,7 @@ fn a_miss_found_cached_after_its_wait_is_refunded_to_the_disk() {
         nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM,
     )
     .unwrap();
-    make_cold(&tf.file, 2 << 20);
+    tf.file.make_cold().unwrap();
     // 128 KiB/s, 1 ms of burst: the first miss waits ~0.5 s, the second ~1 s.
     let disk = Arc::new(
         Throttler::builder(128 << 10)
@@ -576,7 +566,7 @@ fn a_probed_miss_is_not_refunded_for_its_own_read_in() {
         nix::fcntl::PosixFadviseAdvice::POSIX_FADV_RANDOM,
     )
     .unwrap();
-    make_cold(&tf.file, 1 << 20);
+    tf.file.make_cold().unwrap();
     // The disk bucket covers the read (no guard: the read is probed); the
     // parent makes it wait ~0.5 s, long enough for the probe's read-in.
     let parent: ThrottlePtr = Arc::new(
@@ -604,4 +594,36 @@ fn a_probed_miss_is_not_refunded_for_its_own_read_in() {
     assert!(c.wait_us >= 400_000, "the parent made it wait: {c:?}");
     assert_eq!(c.page_cache_refund_bytes, 0, "{c:?}");
     assert_eq!(disk.counters().amount, LEN as u64);
+}
+
+#[test]
+fn make_cold_names_the_pages_a_mapping_keeps_cached() {
+    use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap};
+    const LEN: usize = 64 << 10;
+    let tf = disk_file(LEN, 90);
+    // SAFETY: a read-only shared mapping of the whole of a file this test
+    // owns; it is read only through `bytes` below and unmapped before the
+    // file is dropped.
+    let map = unsafe {
+        mmap(
+            None,
+            std::num::NonZeroUsize::new(LEN).unwrap(),
+            ProtFlags::PROT_READ,
+            MapFlags::MAP_SHARED,
+            tf.file.file(),
+            0,
+        )
+    }
+    .unwrap();
+    // SAFETY: `map` is LEN readable bytes until the `munmap` below.
+    let bytes = unsafe { std::slice::from_raw_parts(map.as_ptr().cast::<u8>(), LEN) };
+    // Reading every byte maps every page; the kernel evicts no mapped page.
+    assert_eq!(bytes, &tf.data[..]);
+    let err = tf.file.make_cold().unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::ResourceBusy, "{err}");
+    assert!(err.to_string().starts_with("16 pages of fd "), "{err}");
+    // SAFETY: `bytes` is not used again.
+    unsafe { munmap(map, LEN) }.unwrap();
+    tf.file.make_cold().unwrap();
+    assert_eq!(cached_pages(&tf.file, 0, LEN as u64), 0);
 }

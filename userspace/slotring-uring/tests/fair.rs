@@ -194,7 +194,7 @@ fn a_tenants_hot_read_is_booked_as_page_cache_and_a_cold_one_as_device() {
         .with_tenant(Tenant::new("q", 1).unwrap());
         let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
         let len = 256 * 1024;
-        tf.file.evict().unwrap();
+        tf.file.make_cold().unwrap();
         let (r, buf) = engine
             .read_at(&tf.file, vec![0; len], 0, Some(&chain), Duration::MAX)
             .await;

@@ -141,7 +141,7 @@ fn a_miss_retry_rides_the_next_enter() {
     let (_d, _p, chain) = disk_chain(1 << 30, 1 << 30);
     let plan = fault_plan();
     let mut e = engine(&plan, &RingConfig::default());
-    tf.file.evict().unwrap();
+    tf.file.make_cold().unwrap();
     plan.lock().unwrap().log.clear();
     read_ok(&mut e, &tf, 0, 64 << 10, Some(&chain));
     let enters = plan
@@ -341,7 +341,7 @@ fn pread_engine_faults() {
     assert!(c.short_reads >= 2, "{c:?}");
     // ClickHouse's method: a miss costs preadv2(NOWAIT) + pread.
     let (_d, _p, chain) = disk_chain(1 << 30, 1 << 30);
-    tf.file.evict().unwrap();
+    tf.file.make_cold().unwrap();
     plan.lock().unwrap().log.clear();
     read_ok(&mut e, &tf, 0, 64 << 10, Some(&chain));
     let log = plan.lock().unwrap().log.clone();
@@ -355,7 +355,7 @@ fn guard_uses_cachestat_when_the_disk_bucket_cannot_cover_probes() {
     let (disk, _p, chain) = disk_chain(64 << 10, 1 << 30);
     let plan = fault_plan();
     let mut e = engine(&plan, &RingConfig::default());
-    tf.file.evict().unwrap();
+    tf.file.make_cold().unwrap();
     plan.lock().unwrap().log.clear();
     let (r, _) = e.read_at(
         &tf.file,
@@ -422,7 +422,7 @@ fn setup_flag_combinations_serve_the_same_reads() {
             }
         };
         let (_d, _p, chain) = disk_chain(1 << 30, 1 << 30);
-        tf.file.evict().unwrap();
+        tf.file.make_cold().unwrap();
         read_ok(&mut e, &tf, 4096, 128 << 10, Some(&chain));
         read_ok(&mut e, &tf, 4096, 128 << 10, Some(&chain));
         let t: ThrottlePtr = Arc::new(

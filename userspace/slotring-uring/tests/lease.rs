@@ -415,7 +415,7 @@ fn a_read_queued_for_its_workload_turn_is_parked_until_the_turn_comes() {
     let tf = disk_file(1 << 20, 64);
     // A miss takes a place (a page-cache hit would take none).
     tf.file.advise_random().unwrap();
-    tf.file.evict().unwrap();
+    tf.file.make_cold().unwrap();
     // One request in flight at a time; another leaf holds the place.
     let tree = WorkloadTree::new(vec![
         WorkloadSpec::new("disk").max_io_requests(1),
@@ -435,7 +435,19 @@ fn a_read_queued_for_its_workload_turn_is_parked_until_the_turn_comes() {
         drop(permit);
     });
     wait_taken.recv().unwrap();
+    // The place is given back once the read is queued behind it, and the
+    // read has had 50 ms to park: a busy machine can delay the read past
+    // any fixed time, but not past its own queueing.
+    let queue = disk.clone();
     let releaser = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        while queue.queued() == 0 {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the read never queued"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         std::thread::sleep(Duration::from_millis(50));
         release.send(()).unwrap();
     });

@@ -25,7 +25,7 @@ fn cold_reads_wake_the_task_sequential_and_concurrent() {
     let tf = disk_file(4 << 20, 40);
     rt().block_on(async {
         let e = LocalEngine::new(&RingConfig::default()).unwrap();
-        tf.file.evict().unwrap();
+        tf.file.make_cold().unwrap();
         for i in 0..10usize {
             let off = i * (256 << 10);
             let fut = e.read_at(&tf.file, vec![0; 64 << 10], off as u64, None, NO_CAP);
@@ -35,7 +35,7 @@ fn cold_reads_wake_the_task_sequential_and_concurrent() {
             assert_eq!(r.unwrap(), 64 << 10);
             assert_eq!(buf, tf.data[off..off + (64 << 10)]);
         }
-        tf.file.evict().unwrap();
+        tf.file.make_cold().unwrap();
         let local = tokio::task::LocalSet::new();
         let tf_data = Rc::new(tf.data.clone());
         local
@@ -71,7 +71,7 @@ fn async_hit_miss_and_throttled_lower_bound() {
     rt().block_on(async {
         let e = LocalEngine::new(&RingConfig::default()).unwrap();
         let (disk, parent, chain) = disk_chain(1 << 30, 1 << 30);
-        tf.file.evict().unwrap();
+        tf.file.make_cold().unwrap();
         let (r, _) = e
             .read_at(&tf.file, vec![0; 64 << 10], 0, Some(&chain), NO_CAP)
             .await;
@@ -261,7 +261,7 @@ fn short_reads_are_continued_on_the_async_front_end() {
             // eventfd, and the woken task reaps it after draining the
             // eventfd. That completion is cut short, so the rest is queued
             // while reaping, after the last submission of that poll.
-            tf.file.evict().unwrap();
+            tf.file.make_cold().unwrap();
             plan.lock().unwrap().io_results = vec![Rewrite::Half];
             let off = i * (64 << 10);
             let fut = e.read_at(&tf.file, vec![0; 64 << 10], off as u64, None, NO_CAP);

@@ -57,7 +57,7 @@ fn many_spawned_tasks_read_the_right_bytes() {
             let e = SharedEngine::new(&cfg(reaper, rings)).unwrap();
             assert_eq!(e.rings(), rings);
             let (disk, _parent, chain) = disk_chain(1 << 30, 1 << 30);
-            tf.file.evict().unwrap();
+            tf.file.make_cold().unwrap();
             let mut hs = Vec::new();
             for t in 0..256usize {
                 let (e, f, data, chain) = (e.clone(), tf.file.clone(), data.clone(), chain.clone());
@@ -197,7 +197,7 @@ fn setup_refused_falls_back_to_pread_on_the_blocking_pool() {
         let why = why.expect("the reason is handed back");
         assert!(matches!(why, UringError::Unavailable { .. }), "{why}");
         let (disk, _parent, chain) = disk_chain(1 << 30, 1 << 30);
-        tf.file.evict().unwrap();
+        tf.file.make_cold().unwrap();
         let mut hs = Vec::new();
         for i in 0..16usize {
             let (e, f, chain) = (e.clone(), tf.file.clone(), chain.clone());
@@ -299,7 +299,7 @@ fn both_front_ends_serve_the_async_io_trait() {
 fn pages_another_reader_brought_in_during_the_wait_are_refunded() {
     const LEN: u64 = 64 << 10;
     let tf = disk_file(LEN as usize, 53);
-    tf.file.evict().unwrap();
+    tf.file.make_cold().unwrap();
     let plan = fault_plan();
     let p = plan.clone();
     rt().block_on(async {

@@ -112,7 +112,7 @@ fn blocking_run(mut e: Box<dyn IoEngine>, what: &str) {
     let tf = disk_file(LEN, 71);
     let s = disk(slotring_throttle::WORKLOAD_DEFAULT_TAU, MAX_IO);
     let (user, bg) = leaves(&s);
-    tf.file.evict().unwrap();
+    tf.file.make_cold().unwrap();
     let t0 = Instant::now();
     for off in (0..LEN).step_by(CHUNK) {
         let (r, buf) = e.read_at(
@@ -166,7 +166,7 @@ macro_rules! async_run {
         let tf = Arc::new(disk_file(LEN, 73));
         let s = disk(slotring_throttle::WORKLOAD_DEFAULT_TAU, MAX_IO);
         let (user, bg) = leaves(&s);
-        tf.file.evict().unwrap();
+        tf.file.make_cold().unwrap();
         let data = pattern(LEN, 74);
         let t0 = Instant::now();
         let mut hs = Vec::new();
@@ -291,7 +291,7 @@ fn the_place_is_held_until_the_completion_and_a_dropped_queued_read_charges_noth
     let (user, _) = leaves(&s);
     // No readahead: the first read's miss must not bring the second's in.
     tf.file.advise_random().unwrap();
-    tf.file.evict().unwrap();
+    tf.file.make_cold().unwrap();
     current_thread().block_on(async {
         let e = LocalEngine::new(&RingConfig::default()).unwrap();
         let pre = debt(&s, 100);

@@ -257,7 +257,7 @@ fn write_then_check_disk(e: &mut dyn IoEngine, data: &[u8], limit: &ThrottlePtr)
     }
     if dirty_at_return == 0 {
         // Clean pages can be dropped; then every byte read comes from the disk.
-        f.evict().unwrap();
+        f.make_cold().unwrap();
         assert_eq!(
             cached_pages(&f, 0, data.len() as u64),
             0,
