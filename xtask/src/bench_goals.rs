@@ -157,6 +157,11 @@ const WORKLOAD: &[KeyGoal] = &[
         "most requests in flight at once, against the limit",
     ),
     g(
+        "wl_inflight_max_sysfs",
+        "<= 1 x wl_inflight_limit",
+        "the same case as the device counts it (its reads in flight, sysfs)",
+    ),
+    g(
         "wl_write_share_pct",
         "75 +- 2",
         "the weight-3 workload's share of the write rate, %",
@@ -170,6 +175,23 @@ const WORKLOAD: &[KeyGoal] = &[
         "wl_cpu_short_p99_ms",
         "<= 1.2 x wl_cpu_short_p99_ms_alone",
         "short queries' p99 beside the CPU-bound workloads, ms",
+    ),
+    g(
+        "wl_cpu_short_p99_ms",
+        "<= 1.2 x wl_cpu_short_p99_ms_busy_cores",
+        "the same against the floor: the queries alone while plain threads keep the other cores busy",
+    ),
+    info(
+        "wl_cpu_short_p99_ms_busy_cores",
+        "short queries with no background while plain threads spin on the other cores outside any slot: the machine's floor for a work-conserving tree, ms",
+    ),
+    info(
+        "wl_cpu_short_p99_over_busy_cores",
+        "wl_cpu_short_p99_ms / wl_cpu_short_p99_ms_busy_cores",
+    ),
+    info(
+        "wl_cpu_short_work_p99_ms_busy_cores",
+        "of them, the 0.5 ms of work, wall time, p99 ms",
     ),
     info(
         "wl_charge_ratio_3level_flat",

@@ -410,10 +410,12 @@ fn sysfs_device(dir: &Path) -> Result<PathBuf, String> {
     }
 }
 
-/// Reads + writes in flight on the device now (`<dev>/inflight`).
+/// Reads in flight on the device now (`<dev>/inflight`'s first field): the
+/// case reads, and the writes beside it (the journal's, other processes')
+/// are not its requests.
 fn sysfs_inflight(dev: &Path) -> Option<u64> {
     let s = std::fs::read_to_string(dev.join("inflight")).ok()?;
-    s.split_whitespace().map(|n| n.parse::<u64>().ok()).sum()
+    s.split_whitespace().next()?.parse().ok()
 }
 
 /// Who reads in the in-flight case.

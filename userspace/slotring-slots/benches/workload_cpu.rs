@@ -34,7 +34,12 @@
 //!   `wl_cpu_short_p99_ms_flat` the same with no tree (every allocation
 //!   plain, `max_min_fair`: the baseline; its checks never say yes), and
 //!   `wl_cpu_short_p99_ms_alone` the short queries in the tree with no
-//!   background. Each latency is split in three parts, and each part's
+//!   background, and `wl_cpu_short_p99_ms_busy_cores` the same while one
+//!   plain thread per other core spins outside any slot: the cores are as
+//!   busy as the tree keeps them (the background holds the other slots),
+//!   with nothing to schedule, so it is the floor a work-conserving tree can
+//!   reach on this machine (a busy sibling core stretches the query's work
+//!   in the host). Each latency is split in three parts, and each part's
 //!   p99 is a key: `wl_cpu_short_wait_p99_ms` (`_flat`), the wait for a
 //!   slot (the allocation to acquire's return: what the slot scheduler
 //!   decides); `wl_cpu_short_work_p99_ms` (`_alone`), the 0.5 ms of work,
@@ -56,7 +61,7 @@
 //! threads run too.
 //!
 //! Each of [`ROUNDS`] rounds runs the share, then the short queries in the
-//! tree, flat and alone (alternating, so that the machine's load falls on
+//! tree, flat, alone and beside busy cores (alternating, so that the machine's load falls on
 //! all alike); every key is the median over rounds.
 
 use std::hint::black_box;
@@ -68,11 +73,11 @@ use slotring_slots::{Allocation, ConcurrencyControl, Scheduler};
 use slotring_throttle::{WorkloadSpec, WorkloadTree};
 
 /// Rounds of every measurement (each key is their median).
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 /// One share run.
 const SHARE_RUN: Duration = Duration::from_secs(3);
 /// One run of short queries.
-const SHORT_RUN: Duration = Duration::from_secs(3);
+const SHORT_RUN: Duration = Duration::from_secs(4);
 /// A CPU-bound task.
 const UNIT: Duration = Duration::from_millis(1);
 /// A short query's task.
@@ -243,6 +248,11 @@ enum Mode {
     Flat,
     /// In the tree, with no background.
     Alone,
+    /// In the tree, with no background in it, while `cores - 1` plain
+    /// threads spin outside any slot: every other core busy, as the tree
+    /// keeps it (the background holds the other slots), with nothing to
+    /// schedule. The floor of a work-conserving tree on this machine.
+    BusyCores,
 }
 
 /// One short query's latency and its three parts, in ms.
@@ -302,6 +312,11 @@ fn short_round(mode: Mode, cores: u64, unit: u64, short: u64, chunk: u64) -> Sho
         }
         Mode::Flat => (control(cores, None), None, None, 4 * cores),
         Mode::Alone => (control(cores, tree()), Some("short"), None, 0),
+        Mode::BusyCores => (control(cores, tree()), Some("short"), None, 0),
+    };
+    let spinners = match mode {
+        Mode::BusyCores => cores.saturating_sub(1),
+        _ => 0,
     };
     let chunk = match mode {
         Mode::TreeNoCheckpoint => 0,
@@ -324,6 +339,14 @@ fn short_round(mode: Mode, cores: u64, unit: u64, short: u64, chunk: u64) -> Sho
                 })
             })
             .collect();
+        for _ in 0..spinners {
+            let stop = &stop;
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    spin(chunk.max(1));
+                }
+            });
+        }
         // Let the background take every slot first.
         std::thread::sleep(Duration::from_millis(50));
         let end = Instant::now() + SHORT_RUN;
@@ -440,7 +463,7 @@ fn main() {
     );
     let (mut share, mut ratio) = (vec![], vec![]);
     let (mut tree, mut flat, mut alone) = (Short::default(), Short::default(), Short::default());
-    let mut unchecked = Short::default();
+    let (mut unchecked, mut busy) = (Short::default(), Short::default());
     for round in 0..ROUNDS {
         let (s, g) = share_round(cores, unit);
         share.push(s);
@@ -449,12 +472,14 @@ fn main() {
         unchecked.round(Mode::TreeNoCheckpoint, cores, unit, short, chunk);
         flat.round(Mode::Flat, cores, unit, short, chunk);
         alone.round(Mode::Alone, cores, unit, short, chunk);
+        busy.round(Mode::BusyCores, cores, unit, short, chunk);
         eprintln!(
-            "  round {round}: share {s:.1} %, grants {g:.3}; short ms: tree {}; no checks {}; flat {}; alone {}",
+            "  round {round}: share {s:.1} %, grants {g:.3}; short ms: tree {}; no checks {}; flat {}; alone {}; other cores spinning {}",
             tree.last(),
             unchecked.last(),
             flat.last(),
-            alone.last()
+            alone.last(),
+            busy.last()
         );
     }
     let mut r = Report::adding_to("workload");
@@ -494,6 +519,22 @@ fn main() {
         "wl_cpu_short_p99_ms_flat",
         median(&mut flat.p99),
         "ms; the same beside the background with no tree, max_min_fair (baseline)",
+    );
+    let busy_p99 = median(&mut busy.p99);
+    r.put(
+        "wl_cpu_short_p99_ms_busy_cores",
+        busy_p99,
+        "ms; the same queries with no background while plain threads spin on the other cores (no slots): the machine's floor for a work-conserving tree",
+    );
+    r.put(
+        "wl_cpu_short_work_p99_ms_busy_cores",
+        median(&mut busy.work_p99),
+        "ms; of them, the 0.5 ms of work, wall time, p99",
+    );
+    r.put(
+        "wl_cpu_short_p99_over_busy_cores",
+        tree_p99 / busy_p99,
+        "ratio; wl_cpu_short_p99_ms over the floor",
     );
     r.put(
         "wl_cpu_short_p99_over_alone",

@@ -271,6 +271,18 @@ impl Policy {
     }
 }
 
+/// Whether a read through `throttle` is routed by `cachestat(2)` and never
+/// probed with `RWF_NOWAIT`: true for a throttle that takes turns (a
+/// workload). A probe that misses starts reading the range in before it
+/// answers `-EAGAIN` (decision 0011), so the device would serve the read
+/// at its submission, ahead of its turn, where the tree's priorities and
+/// in-flight limits do not see it: sixteen probing readers put sixteen
+/// reads in flight at a disk whose `max_io_requests` is 4 (decision 0029).
+/// Routed, a miss reaches the device only once its turn comes.
+pub(crate) fn routed_by_cachestat(throttle: Option<&ThrottlePtr>) -> bool {
+    throttle.is_some_and(|t| t.takes_turns())
+}
+
 /// What the guard's `cachestat(2)` answer for `[off, off + len)` means:
 /// page cache only when every page of the range is cached; a failed call
 /// (`ENOSYS` before Linux 6.5) or a partly cached range is device IO.

@@ -167,7 +167,10 @@ impl ThreadIo<'_> {
         let served = match plan.charge {
             Charge::Device => Served::CachedPrefix(0),
             Charge::PageCache => Served::Memory,
-            Charge::Probe if self.policy.guard_engaged(throttle, len as u64) => {
+            Charge::Probe
+                if policy::routed_by_cachestat(throttle)
+                    || self.policy.guard_engaged(throttle, len as u64) =>
+            {
                 self.counters.cachestat_checks += 1;
                 let stat = self.sys.cachestat(fd, offset, len as u64);
                 match policy::cachestat_charge(stat, offset, len as u64) {

@@ -159,6 +159,65 @@ fn pread_engine_reads_and_paced_writes_through_the_tree() {
     );
 }
 
+/// A queued miss reaches the device only at its turn: while another leaf
+/// holds the tree's only place, no page of the queued read's range is in
+/// the page cache, not even one being read in. A `RWF_NOWAIT` probe would
+/// have started reading the range in at once, ahead of the turn.
+fn a_queued_miss_reads_nothing_before_its_turn(make: fn() -> Box<dyn IoEngine>, what: &str) {
+    let tf = disk_file(LEN, 75);
+    tf.file.advise_random().unwrap();
+    tf.file.make_cold().unwrap();
+    let tree = WorkloadTree::new(vec![
+        WorkloadSpec::new("disk").max_io_requests(1),
+        WorkloadSpec::new("user").parent("disk"),
+        WorkloadSpec::new("other").parent("disk"),
+    ])
+    .unwrap();
+    let s = WorkloadScheduler::new(&tree, Resource::Io).unwrap();
+    let user: ThrottlePtr = Arc::new(s.workload("user").unwrap());
+    let place = s.workload("other").unwrap().acquire(4096).unwrap();
+    let file = tf.file.clone();
+    let reader = std::thread::spawn(move || {
+        make().read_at(&file, vec![0; CHUNK], 0, Some(&user), UNLIMITED_BLOCK)
+    });
+    let t0 = Instant::now();
+    while s.queued() == 0 {
+        assert!(t0.elapsed() < HANG, "{what}: the read never queued");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Time for a probe's read-in to have shown, had there been one.
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        cached_pages(&tf.file, 0, CHUNK as u64),
+        0,
+        "{what}: the device read the queued range before its turn"
+    );
+    drop(place);
+    let (r, buf) = reader.join().unwrap();
+    assert_eq!(r.unwrap(), CHUNK, "{what}");
+    assert_eq!(buf, tf.data[..CHUNK], "{what}");
+    assert_eq!(s.counters_of("user").unwrap().bytes, CHUNK as u64, "{what}");
+}
+
+#[test]
+fn a_queued_miss_on_the_ring_reads_nothing_before_its_turn() {
+    if !uring_or_skip() {
+        return;
+    }
+    a_queued_miss_reads_nothing_before_its_turn(
+        || Box::new(UringEngine::new(&RingConfig::default()).unwrap()),
+        "UringEngine",
+    );
+}
+
+#[test]
+fn a_queued_miss_by_pread_reads_nothing_before_its_turn() {
+    a_queued_miss_reads_nothing_before_its_turn(
+        || Box::new(PreadEngine::new(Default::default())),
+        "PreadEngine",
+    );
+}
+
 /// The async front ends: eight concurrent cold reads as `user` and a
 /// paced write as `background` beside them.
 macro_rules! async_run {

@@ -130,17 +130,17 @@ pub(crate) fn put_keys(r: &mut Report, k: &mut Keys) {
     r.put(
         "wl_inflight_max_sysfs",
         k.value("wl_inflight_max_sysfs", true),
-        "the same case's peak of the device's inflight (sysfs, 0.5 ms samples; counts every process's IO)",
+        "the same case's peak of the device's reads in flight (sysfs, 0.5 ms samples; counts every process's reads); goal <= wl_inflight_limit",
     );
     r.put(
         "wl_inflight_max_sysfs_unlimited",
         k.value("wl_inflight_max_sysfs_unlimited", true),
-        "the same 16 readers unthrottled: the device's inflight peak",
+        "the same 16 readers unthrottled: the device's peak of reads in flight",
     );
     r.put(
         "wl_inflight_max_sysfs_idle",
         k.value("wl_inflight_max_sysfs_idle", true),
-        "the device's inflight peak with none of our readers (other processes' IO)",
+        "the device's peak of reads in flight with none of our readers (other processes' reads)",
     );
     r.put(
         "wl_write_share_pct",

@@ -25,11 +25,16 @@
 //!   [`Policy::guard_engaged`] for this read plus every probe already in
 //!   flight, the engine does not probe: it asks `cachestat(2)` and routes
 //!   the read by its answer, charging before any IO ([`RingCore::start_probe`]).
+//! * **Turns** (a workload's read): never probed, since a probe that misses
+//!   has the device read the range at once, ahead of the turn; `cachestat`
+//!   routes it and a miss reaches the device only when its turn comes
+//!   ([`routed_by_cachestat`]).
 //! * **[`Charge::PageCache`]** (a memory filesystem): read without a probe,
 //!   every byte charged as page cache when the IO completes.
 //!
 //! [`Throttle::refund_page_cache_read`]: slotring_throttle::Throttle::refund_page_cache_read
 //! [`Policy::guard_engaged`]: crate::policy::Policy::guard_engaged
+//! [`routed_by_cachestat`]: crate::policy::routed_by_cachestat
 //! [`PreIoWait::Linked`]: super::PreIoWait::Linked
 
 use slotring_throttle::Source;
@@ -88,8 +93,9 @@ impl RingCore {
     }
 
     /// Start a read routed to [`Charge::Probe`]: probe with `RWF_NOWAIT`,
-    /// unless the disk-rate guard is engaged for it and the probes in flight;
-    /// then `cachestat(2)` routes it and it is charged before any IO.
+    /// unless its throttle takes turns or the disk-rate guard is engaged for
+    /// it and the probes in flight; then `cachestat(2)` routes it and it is
+    /// charged before any IO.
     pub(super) fn start_probe(&mut self, id: SlotId) -> Result<(), UringError> {
         let (op, len, file, throttle) = {
             let r = self.req(id);
@@ -97,10 +103,12 @@ impl RingCore {
         };
         self.req(id).reprobe = op == Op::Read;
         let need = |probes: u64| probes + len as u64;
-        let mut engaged = self
-            .policy
-            .guard_engaged(throttle.as_ref(), need(self.probe_bytes));
-        if engaged && self.probe_bytes > 0 {
+        let routed = policy::routed_by_cachestat(throttle.as_ref());
+        let mut engaged = routed
+            || self
+                .policy
+                .guard_engaged(throttle.as_ref(), need(self.probe_bytes));
+        if engaged && !routed && self.probe_bytes > 0 {
             // Probes in flight have started disk reads that are not
             // charged yet; a charge booked now would not see them and
             // the disk would get both. Let them settle first (a cold
