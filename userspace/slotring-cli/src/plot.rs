@@ -1,7 +1,8 @@
 //! `--plot FILE.svg`: achieved disk rate and slots per query over time, as
 //! hand-written SVG (no drawing dependency). The rate panel has each scan's
-//! read rate, or with `--workloads` each workload's (the first
-//! [`PLOTTED_WORKLOADS`] of the tree's order).
+//! read rate, or with `--workloads` each workload's; with `--workloads` the
+//! slots panel also has each workload's CPU slots (the first
+//! [`PLOTTED_WORKLOADS`] of the tree's order in each).
 
 use std::fmt::Write as _;
 
@@ -185,6 +186,7 @@ pub fn svg(report: &Report) -> String {
         .iter()
         .flatten()
         .chain(&tl.short_slots)
+        .chain(tl.workload_slots.iter().flatten())
         .chain(&tl.slots_in_use)
         .chain(tl.budget.iter().filter(|&&b| b != u64::MAX))
         .copied()
@@ -271,7 +273,27 @@ pub fn svg(report: &Report) -> String {
         polyline(&mut svg, &slots, &tl.t_s, &v, color, false);
         legend(&mut svg, &slots, i, color, &format!("scan {}", i + 1));
     }
-    let n = tl.scan_slots.len();
+    // Dashed after the scans: each CPU workload's slots (with a tree).
+    let mut n = tl.scan_slots.len();
+    for (i, (name, series)) in tl
+        .slot_workloads
+        .iter()
+        .zip(&tl.workload_slots)
+        .take(PLOTTED_WORKLOADS)
+        .enumerate()
+    {
+        let v: Vec<f64> = series.iter().map(|&x| x as f64).collect();
+        let color = COLORS[(n + i + 4) % COLORS.len()];
+        polyline(&mut svg, &slots, &tl.t_s, &v, color, true);
+        legend(
+            &mut svg,
+            &slots,
+            n + i,
+            color,
+            &format!("workload {name} slots"),
+        );
+    }
+    n += tl.slot_workloads.len().min(PLOTTED_WORKLOADS);
     let short: Vec<f64> = tl.short_slots.iter().map(|&x| x as f64).collect();
     polyline(&mut svg, &slots, &tl.t_s, &short, COLORS[1], false);
     legend(&mut svg, &slots, n, COLORS[1], "short queries");

@@ -1863,6 +1863,10 @@ fn deploy_workloads_toml_runs_and_the_report_has_a_line_per_workload() {
     let svg = std::fs::read_to_string(&plot).unwrap();
     for w in ["all", "user", "background"] {
         assert!(svg.contains(&format!(">workload {w}<")), "plot draws {w}");
+        assert!(
+            svg.contains(&format!(">workload {w} slots<")),
+            "plot draws {w}'s CPU slots"
+        );
     }
     assert!(!svg.contains("scan 1 read rate"), "{svg}");
 }

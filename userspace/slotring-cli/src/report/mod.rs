@@ -329,6 +329,12 @@ pub struct Timeline {
     /// Each workload's read rate in each interval (bytes/s granted, net of
     /// refunds), as `workloads`.
     pub workload_bytes_per_s: Vec<Vec<f64>>,
+    /// The CPU slots' workloads (`--workloads`; empty without), the tree's
+    /// order.
+    pub slot_workloads: Vec<String>,
+    /// CPU slots held in each of them at each sample (competing slots
+    /// counted against the workload, at every level), as `slot_workloads`.
+    pub workload_slots: Vec<Vec<u64>>,
 }
 
 /// Latency percentiles of a kind of query, milliseconds.

@@ -317,6 +317,7 @@ impl<'a> Sampler<'a> {
             .map(DiskWorkloads::counters)
             .unwrap_or_default();
         self.workload_rates(&workloads, dt);
+        self.workload_slots();
         self.out.peak_threads = self.out.peak_threads.max(process_threads());
         // Counters only go up; the sampler is their only writer.
         let reads = &self.published.1;
@@ -357,6 +358,20 @@ impl<'a> Sampler<'a> {
             timeline.workload_bytes_per_s[i]
                 .push(net.saturating_sub(self.last_workload[i]) as f64 / dt);
             self.last_workload[i] = net;
+        }
+    }
+
+    /// The slots each CPU workload holds now, onto the timeline; the names
+    /// at the first.
+    fn workload_slots(&mut self) {
+        let timeline = &mut self.out.timeline;
+        let cpu = self.live.cc.workloads();
+        if timeline.slot_workloads.is_empty() {
+            timeline.slot_workloads = cpu.iter().map(|w| w.name.clone()).collect();
+            timeline.workload_slots = vec![Vec::new(); cpu.len()];
+        }
+        for (series, w) in timeline.workload_slots.iter_mut().zip(&cpu) {
+            series.push(w.held);
         }
     }
 
