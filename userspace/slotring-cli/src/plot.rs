@@ -1,8 +1,8 @@
 //! `--plot FILE.svg`: achieved disk rate and slots per query over time, as
 //! hand-written SVG (no drawing dependency). The rate panel has each scan's
-//! read rate, or with `--workloads` each workload's; with `--workloads` the
-//! slots panel also has each workload's CPU slots (the first
-//! [`PLOTTED_WORKLOADS`] of the tree's order in each).
+//! read rate and the slots panel each scan's slots, or with `--workloads`
+//! each workload's read rate and CPU slots (the first [`PLOTTED_WORKLOADS`]
+//! of the tree's order, one colour per workload in both).
 
 use std::fmt::Write as _;
 
@@ -19,8 +19,8 @@ const COLORS: &[&str] = &[
     "#bcbd22", "#17becf",
 ];
 
-/// The most workloads whose read rate the plot draws (a line and a legend
-/// row each: the panel holds about that many).
+/// The most workloads whose read rate, and whose CPU slots, the plot draws
+/// (a line and a legend row each: a panel holds about that many).
 pub const PLOTTED_WORKLOADS: usize = 10;
 
 struct Panel {
@@ -186,7 +186,7 @@ pub fn svg(report: &Report) -> String {
         .iter()
         .flatten()
         .chain(&tl.short_slots)
-        .chain(tl.workload_slots.iter().flatten())
+        .chain(tl.workload_slots.iter().take(PLOTTED_WORKLOADS).flatten())
         .chain(&tl.slots_in_use)
         .chain(tl.budget.iter().filter(|&&b| b != u64::MAX))
         .copied()
@@ -267,33 +267,28 @@ pub fn svg(report: &Report) -> String {
         ),
         "slots",
     );
-    for (i, series) in tl.scan_slots.iter().enumerate() {
+    // One line each: with a tree each workload's slots (the colour of its
+    // read rate above), else each scan's.
+    let per: Vec<(String, &Vec<u64>)> = if tl.slot_workloads.is_empty() {
+        (1..)
+            .map(|i| format!("scan {i}"))
+            .zip(&tl.scan_slots)
+            .collect()
+    } else {
+        tl.slot_workloads
+            .iter()
+            .map(|name| format!("workload {name} slots"))
+            .zip(&tl.workload_slots)
+            .take(PLOTTED_WORKLOADS)
+            .collect()
+    };
+    for (i, (label, series)) in per.iter().enumerate() {
         let v: Vec<f64> = series.iter().map(|&x| x as f64).collect();
         let color = COLORS[(i + 4) % COLORS.len()];
         polyline(&mut svg, &slots, &tl.t_s, &v, color, false);
-        legend(&mut svg, &slots, i, color, &format!("scan {}", i + 1));
+        legend(&mut svg, &slots, i, color, label);
     }
-    // Dashed after the scans: each CPU workload's slots (with a tree).
-    let mut n = tl.scan_slots.len();
-    for (i, (name, series)) in tl
-        .slot_workloads
-        .iter()
-        .zip(&tl.workload_slots)
-        .take(PLOTTED_WORKLOADS)
-        .enumerate()
-    {
-        let v: Vec<f64> = series.iter().map(|&x| x as f64).collect();
-        let color = COLORS[(n + i + 4) % COLORS.len()];
-        polyline(&mut svg, &slots, &tl.t_s, &v, color, true);
-        legend(
-            &mut svg,
-            &slots,
-            n + i,
-            color,
-            &format!("workload {name} slots"),
-        );
-    }
-    n += tl.slot_workloads.len().min(PLOTTED_WORKLOADS);
+    let n = per.len();
     let short: Vec<f64> = tl.short_slots.iter().map(|&x| x as f64).collect();
     polyline(&mut svg, &slots, &tl.t_s, &short, COLORS[1], false);
     legend(&mut svg, &slots, n, COLORS[1], "short queries");

@@ -137,30 +137,45 @@ impl UringFile {
     /// counts none of its pages in the page cache. The kernel skips a page
     /// that something holds at that moment (another CPU's LRU batch, a
     /// reclaim or access scan), so one eviction can leave pages behind; this
-    /// asks again, 1 ms apart, up to 1,000 times. Dirty
-    /// pages are written back by the first eviction and dropped by a later
-    /// one once clean. Without `cachestat` (before Linux 6.5) one eviction
-    /// is all it does.
+    /// asks again, 1 ms apart, up to 1,000 times. Dirty pages and pages
+    /// under writeback are not dropped: the file's data is synced first
+    /// when `cachestat` counts any. Without `cachestat` (before Linux 6.5)
+    /// one eviction is all it does.
     ///
-    /// Errors: the eviction's or `cachestat`'s; `ResourceBusy`, naming the
-    /// pages still cached, when they stay (a page mapped by `mmap(2)` does).
+    /// Errors: the eviction's, the sync's or `cachestat`'s; `ResourceBusy`,
+    /// naming the pages still cached (and of them dirty or under
+    /// writeback), when they stay (a page mapped by `mmap(2)` does); at
+    /// once for a file known to keep its pages in memory (tmpfs).
     pub fn make_cold(&self) -> io::Result<()> {
-        let mut cached = 0;
-        for _ in 0..MAKE_COLD_TRIES {
+        let mut last = None;
+        for k in 0..MAKE_COLD_TRIES {
+            if k > 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             self.evict()?;
-            match RealSyscalls.cachestat(self.fd(), 0, 0) {
+            let st = match RealSyscalls.cachestat(self.fd(), 0, 0) {
                 Ok(st) if st.nr_cache == 0 => return Ok(()),
-                Ok(st) => cached = st.nr_cache,
+                Ok(st) => st,
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => return Ok(()),
                 Err(e) => return Err(e),
+            };
+            last = Some(st);
+            if self.in_memory() {
+                break;
             }
-            std::thread::sleep(Duration::from_millis(1));
+            if st.nr_dirty + st.nr_writeback > 0 {
+                self.file.sync_data()?;
+            }
         }
+        let st = last.unwrap_or_default();
         Err(io::Error::new(
             io::ErrorKind::ResourceBusy,
             format!(
-                "{cached} pages of fd {} stay in the page cache after {MAKE_COLD_TRIES} evictions",
-                self.fd()
+                "{} pages of fd {} stay in the page cache ({} dirty, {} under writeback)",
+                st.nr_cache,
+                self.fd(),
+                st.nr_dirty,
+                st.nr_writeback
             ),
         ))
     }

@@ -169,8 +169,9 @@ pub(crate) enum Charge {
     /// Known to be served from memory: read without a probe, charge every
     /// byte as page cache.
     PageCache,
-    /// Find out with a `RWF_NOWAIT` read (or, while
-    /// [`Policy::guard_engaged`], with `cachestat(2)`).
+    /// Find out with a `RWF_NOWAIT` read (or with `cachestat(2)` for a
+    /// throttle that takes turns, [`routed_by_cachestat`], and while
+    /// [`Policy::guard_engaged`]).
     Probe,
 }
 

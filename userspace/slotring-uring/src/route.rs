@@ -8,7 +8,8 @@
 //! * **Page cache or device** — [`Policy::charge`], in [`route`]: device
 //!   bytes, page-cache bytes (a memory filesystem), or find out
 //!   ([`Charge::Probe`], a buffered read charged to a chain that skips
-//!   page-cache bytes). A probe is settled when the request runs: the
+//!   page-cache bytes). A probe is settled when the request runs: a
+//!   throttle that takes turns ([`policy::routed_by_cachestat`]) or the
 //!   disk-rate guard ([`Policy::guard_engaged`]) sends it to
 //!   `cachestat(2)` ([`policy::cachestat_charge`]), otherwise a
 //!   `RWF_NOWAIT` read answers (a filesystem that refuses it is charged by
@@ -49,8 +50,8 @@
 //!      blocking front end stages it, to park its CPU lease);
 //!    * page cache: `RingCore::known_hit_io` (`ring_core/reads.rs`),
 //!      charged when the IO completes;
-//!    * probe: `RingCore::start_probe` (`ring_core/reads.rs`): the guard,
-//!      then `cachestat` or a `RWF_NOWAIT` read, settled in
+//!    * probe: `RingCore::start_probe` (`ring_core/reads.rs`): turns or
+//!      the guard, then `cachestat` or a `RWF_NOWAIT` read, settled in
 //!      `RingCore::on_probe` (a miss is charged as device bytes), with the
 //!      refunds of `RingCore::on_reprobe` / `RingCore::refund_cached`.
 //! 3. A paced piece: `RingCore::issue_paced` (`ring_core/pacing.rs`):
@@ -93,7 +94,7 @@
 //! 1. `SharedEngine` only: `PoolIo::run` (`pool_io.rs`) on tokio's
 //!    blocking pool, with the tenant current there.
 //! 2. `ThreadIo::read` (`thread_io.rs`): by the plan's [`Charge`]; a probe
-//!    settled by the guard's `cachestat` or a `preadv2(RWF_NOWAIT)`; the
+//!    settled by `cachestat` (turns, the guard) or a `preadv2(RWF_NOWAIT)`; the
 //!    rest with `pread`; the bytes booked after the read
 //!    ([`policy::book`]) and the delay slept with the CPU lease parked.
 //!    `ThreadIo::write`: a paced write as in [`Route::PacedThread`]; any

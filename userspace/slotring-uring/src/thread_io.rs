@@ -148,8 +148,9 @@ impl ThreadIo<'_> {
     }
 
     /// Read up to `buf.len()` bytes at `offset`, charged after the read as
-    /// `plan` says (a probe settled by the disk-rate guard's `cachestat`
-    /// or by a `RWF_NOWAIT` read); the bytes read (fewer only at EOF).
+    /// `plan` says (a probe settled by `cachestat` for a throttle that
+    /// takes turns or under the disk-rate guard, else by a `RWF_NOWAIT`
+    /// read); the bytes read (fewer only at EOF).
     pub(crate) fn read(
         &mut self,
         plan: Plan,
@@ -172,8 +173,16 @@ impl ThreadIo<'_> {
                     || self.policy.guard_engaged(throttle, len as u64) =>
             {
                 self.counters.cachestat_checks += 1;
-                let stat = self.sys.cachestat(fd, offset, len as u64);
-                match policy::cachestat_charge(stat, offset, len as u64) {
+                // Only the bytes before EOF can be cached: `cachestat`
+                // counts no page past it.
+                if offset.saturating_add(len as u64) > file.size_hint()
+                    && let Ok(size) = self.sys.file_size(fd)
+                {
+                    file.note_size(size);
+                }
+                let span = (len as u64).min(file.size_hint().saturating_sub(offset));
+                let stat = self.sys.cachestat(fd, offset, span);
+                match policy::cachestat_charge(stat, offset, span) {
                     Charge::PageCache => Served::Memory,
                     Charge::Device | Charge::Probe => Served::CachedPrefix(0),
                 }

@@ -60,6 +60,7 @@ impl LeaseHook for Hook {
         }
         assert!(!parked(), "parked twice");
         PARKED.with(|p| p.set(true));
+        PARKERS.lock().unwrap().push(std::thread::current().id());
         log(Ev::Park);
         true
     }
@@ -70,6 +71,9 @@ impl LeaseHook for Hook {
     }
 }
 static HOOK: Hook = Hook;
+/// The threads that parked a lease, one entry per park: what another
+/// thread can wait for.
+static PARKERS: std::sync::Mutex<Vec<std::thread::ThreadId>> = std::sync::Mutex::new(Vec::new());
 
 /// The real kernel, every enter and completion logged.
 struct LogSys;
@@ -435,20 +439,19 @@ fn a_read_queued_for_its_workload_turn_is_parked_until_the_turn_comes() {
         drop(permit);
     });
     wait_taken.recv().unwrap();
-    // The place is given back once the read is queued behind it, and the
-    // read has had 50 ms to park: a busy machine can delay the read past
-    // any fixed time, but not past its own queueing.
-    let queue = disk.clone();
+    // The place is given back once this thread's lease has parked in the
+    // read's queued turn (no fixed time: a busy machine can delay the read
+    // past any). This thread parks nowhere else.
+    let reader = std::thread::current().id();
     let releaser = std::thread::spawn(move || {
         let t0 = std::time::Instant::now();
-        while queue.queued() == 0 {
+        while !PARKERS.lock().unwrap().contains(&reader) {
             assert!(
                 t0.elapsed() < Duration::from_secs(10),
-                "the read never queued"
+                "the queued read never parked"
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        std::thread::sleep(Duration::from_millis(50));
         release.send(()).unwrap();
     });
     let (r, buf) = e.read_at(&tf.file, vec![0; 64 << 10], 0, Some(&user), NO_CAP);

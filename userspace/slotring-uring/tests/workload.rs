@@ -218,6 +218,48 @@ fn a_queued_miss_by_pread_reads_nothing_before_its_turn() {
     );
 }
 
+/// A read of a cached file's last page with a larger buffer is a page-cache
+/// read: only the bytes before EOF can be cached, and `cachestat` counts
+/// no page past it, so the range it is asked about ends at EOF.
+fn a_cached_read_past_eof_is_not_charged(mut e: Box<dyn IoEngine>, what: &str) {
+    let tf = disk_file(LEN, 76);
+    // Cached: read it all once.
+    let (r, _) = e.read_at(&tf.file, vec![0; LEN], 0, None, UNLIMITED_BLOCK);
+    assert_eq!(r.unwrap(), LEN);
+    let s = disk(slotring_throttle::WORKLOAD_DEFAULT_TAU, MAX_IO);
+    let (user, _bg) = leaves(&s);
+    let off = (LEN - 4096) as u64;
+    let (r, buf) = e.read_at(&tf.file, vec![0; CHUNK], off, Some(&user), UNLIMITED_BLOCK);
+    assert_eq!(r.unwrap(), 4096, "{what}");
+    assert_eq!(buf[..4096], tf.data[LEN - 4096..], "{what}");
+    let c = e.counters();
+    assert_eq!(
+        s.counters_of("user").unwrap().bytes,
+        0,
+        "{what}: a cached tail is not charged to the disk: {c:?}"
+    );
+    assert_eq!(c.page_cache_bytes, 4096, "{what}: {c:?}");
+}
+
+#[test]
+fn a_cached_read_past_eof_on_the_ring_is_not_charged() {
+    if !uring_or_skip() {
+        return;
+    }
+    a_cached_read_past_eof_is_not_charged(
+        Box::new(UringEngine::new(&RingConfig::default()).unwrap()),
+        "UringEngine",
+    );
+}
+
+#[test]
+fn a_cached_read_past_eof_by_pread_is_not_charged() {
+    a_cached_read_past_eof_is_not_charged(
+        Box::new(PreadEngine::new(Default::default())),
+        "PreadEngine",
+    );
+}
+
 /// The async front ends: eight concurrent cold reads as `user` and a
 /// paced write as `background` beside them.
 macro_rules! async_run {

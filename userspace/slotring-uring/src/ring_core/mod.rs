@@ -267,8 +267,9 @@ pub(crate) struct Req {
     /// yet was reaped, oldest first (see [`RingCore::time_writeback`]).
     written_at: VecDeque<u64>,
     /// A read routed by probing the page cache ([`Charge::Probe`]) that has
-    /// issued no `RWF_NOWAIT` read yet (the disk-rate guard routed it by
-    /// `cachestat`): after a throttle wait its IO is a re-probe (see
+    /// issued no `RWF_NOWAIT` read yet (`cachestat` routed it: a throttle
+    /// that takes turns, or the disk-rate guard): after a throttle wait its
+    /// IO is a re-probe (see
     /// [`RingCore::on_reprobe`]). A probe that misses clears it: it may have
     /// started the read-in itself.
     reprobe: bool,
@@ -527,7 +528,7 @@ impl RingCore {
 
     /// Bytes of the remaining range that lie before EOF (refreshing the size
     /// hint when the range crosses it); for a paced write, its next piece.
-    fn chargeable(&mut self, id: SlotId) -> u64 {
+    pub(super) fn chargeable(&mut self, id: SlotId) -> u64 {
         let (file, pos, rem, op) = {
             let r = self.req(id);
             (

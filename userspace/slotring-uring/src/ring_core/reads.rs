@@ -9,7 +9,7 @@
 //!   a standalone timeout before the request completes). `-EAGAIN` or a
 //!   short result charges what remains as a device read and queues timeout +
 //!   read, which go out with the next `io_uring_enter` the driver makes
-//!   anyway. A read the disk-rate guard routed by `cachestat` (no
+//!   anyway. A read routed by `cachestat` (turns or the guard; no
 //!   `RWF_NOWAIT` read of its own yet) that has to wait looks at the page
 //!   cache again when the wait ends, and what another reader brought in
 //!   meanwhile is refunded to the block-device throttlers
@@ -125,8 +125,11 @@ impl RingCore {
         }
         self.counters.cachestat_checks += 1;
         let off = self.req(id).offset;
-        let stat = self.ring.sys().cachestat(file.fd(), off, len as u64);
-        match policy::cachestat_charge(stat, off, len as u64) {
+        // Only the bytes before EOF can be cached: `cachestat` counts no
+        // page past it.
+        let span = self.chargeable(id);
+        let stat = self.ring.sys().cachestat(file.fd(), off, span);
+        match policy::cachestat_charge(stat, off, span) {
             Charge::PageCache => self.known_hit_io(id),
             Charge::Device | Charge::Probe => self.charge_then_io(id, 0),
         }
