@@ -129,6 +129,23 @@ fn legend(svg: &mut String, p: &Panel, i: usize, color: &str, label: &str) {
 }
 
 /// Mean over the trailing second (rates sampled every 100 ms are noisy).
+/// One line per scan or workload, labelled from legend row `first_row` on;
+/// the `i`-th has the same colour in both panels.
+fn lines(
+    svg: &mut String,
+    p: &Panel,
+    t: &[f64],
+    per: &[(String, Vec<f64>)],
+    dash: bool,
+    first_row: usize,
+) {
+    for (i, (label, v)) in per.iter().enumerate() {
+        let color = COLORS[(i + 4) % COLORS.len()];
+        polyline(svg, p, t, v, color, dash);
+        legend(svg, p, first_row + i, color, label);
+    }
+}
+
 fn smooth(t: &[f64], v: &[f64]) -> Vec<f64> {
     (0..v.len())
         .map(|i| {
@@ -234,12 +251,16 @@ pub fn svg(report: &Report) -> String {
             .take(PLOTTED_WORKLOADS)
             .collect()
     };
-    for (i, (label, series)) in per.iter().enumerate() {
-        let v = smooth(&tl.t_s, &series.iter().map(mib).collect::<Vec<_>>());
-        let color = COLORS[(i + 4) % COLORS.len()];
-        polyline(&mut svg, &rate, &tl.t_s, &v, color, true);
-        legend(&mut svg, &rate, first_row + i, color, label);
-    }
+    let per: Vec<(String, Vec<f64>)> = per
+        .into_iter()
+        .map(|(label, s)| {
+            (
+                label,
+                smooth(&tl.t_s, &s.iter().map(mib).collect::<Vec<_>>()),
+            )
+        })
+        .collect();
+    lines(&mut svg, &rate, &tl.t_s, &per, true, first_row);
 
     if configured > 0.0 {
         polyline(
@@ -282,12 +303,11 @@ pub fn svg(report: &Report) -> String {
             .take(PLOTTED_WORKLOADS)
             .collect()
     };
-    for (i, (label, series)) in per.iter().enumerate() {
-        let v: Vec<f64> = series.iter().map(|&x| x as f64).collect();
-        let color = COLORS[(i + 4) % COLORS.len()];
-        polyline(&mut svg, &slots, &tl.t_s, &v, color, false);
-        legend(&mut svg, &slots, i, color, label);
-    }
+    let per: Vec<(String, Vec<f64>)> = per
+        .into_iter()
+        .map(|(label, s)| (label, s.iter().map(|&x| x as f64).collect()))
+        .collect();
+    lines(&mut svg, &slots, &tl.t_s, &per, false, 0);
     let n = per.len();
     let short: Vec<f64> = tl.short_slots.iter().map(|&x| x as f64).collect();
     polyline(&mut svg, &slots, &tl.t_s, &short, COLORS[1], false);

@@ -414,20 +414,13 @@ fn a_ring_failure_during_a_parked_wait_unparks_and_abandons_the_request() {
 
 #[test]
 fn a_read_queued_for_its_workload_turn_is_parked_until_the_turn_comes() {
-    use slotring_throttle::{Resource, WorkloadScheduler, WorkloadSpec, WorkloadTree};
     let mut e = setup(true);
     let tf = disk_file(1 << 20, 64);
     // A miss takes a place (a page-cache hit would take none).
     tf.file.advise_random().unwrap();
     tf.file.make_cold().unwrap();
     // One request in flight at a time; another leaf holds the place.
-    let tree = WorkloadTree::new(vec![
-        WorkloadSpec::new("disk").max_io_requests(1),
-        WorkloadSpec::new("user").parent("disk"),
-        WorkloadSpec::new("other").parent("disk"),
-    ])
-    .unwrap();
-    let disk = WorkloadScheduler::new(&tree, Resource::Io).unwrap();
+    let disk = one_place_disk();
     let user: ThrottlePtr = Arc::new(disk.workload("user").unwrap());
     let other = disk.workload("other").unwrap();
     let (release, held) = std::sync::mpsc::channel::<()>();

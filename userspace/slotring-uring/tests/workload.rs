@@ -167,13 +167,7 @@ fn a_queued_miss_reads_nothing_before_its_turn(make: fn() -> Box<dyn IoEngine>, 
     let tf = disk_file(LEN, 75);
     tf.file.advise_random().unwrap();
     tf.file.make_cold().unwrap();
-    let tree = WorkloadTree::new(vec![
-        WorkloadSpec::new("disk").max_io_requests(1),
-        WorkloadSpec::new("user").parent("disk"),
-        WorkloadSpec::new("other").parent("disk"),
-    ])
-    .unwrap();
-    let s = WorkloadScheduler::new(&tree, Resource::Io).unwrap();
+    let s = one_place_disk();
     let user: ThrottlePtr = Arc::new(s.workload("user").unwrap());
     let place = s.workload("other").unwrap().acquire(4096).unwrap();
     let file = tf.file.clone();

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use slotring_throttle::{ThrottlePtr, Throttler};
+use slotring_throttle::{
+    Resource, ThrottlePtr, Throttler, WorkloadScheduler, WorkloadSpec, WorkloadTree,
+};
 use slotring_uring::{IoUring, RealSyscalls, Syscalls, UringFile};
 
 /// A directory on a real disk (not tmpfs), for page-cache tests.
@@ -119,6 +121,19 @@ pub fn cached_pages(f: &UringFile, off: u64, len: u64) -> u64 {
         .cachestat(f.file().as_raw_fd(), off, len)
         .unwrap()
         .nr_cache
+}
+
+/// A disk with one in-flight place (`max_io_requests` 1) over two leaves,
+/// `user` and `other`: a request of one queues while the other holds the
+/// place.
+pub fn one_place_disk() -> WorkloadScheduler {
+    let tree = WorkloadTree::new(vec![
+        WorkloadSpec::new("disk").max_io_requests(1),
+        WorkloadSpec::new("user").parent("disk"),
+        WorkloadSpec::new("other").parent("disk"),
+    ])
+    .unwrap();
+    WorkloadScheduler::new(&tree, Resource::Io).unwrap()
 }
 
 /// A block-device throttler under a non-block-device parent.
