@@ -429,15 +429,24 @@ enum Readers {
     None,
 }
 
+/// What the device showed of the in-flight case ([`inflight`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct DeviceInflight {
+    /// The most reads in flight in one sample.
+    peak: Option<u64>,
+    /// Of the samples, the % with more reads in flight than the limit.
+    over_pct: Option<f64>,
+}
+
 /// Sixteen saturating readers (or none, [`Readers`]): the peak in flight
-/// by the root's counters (0 unthrottled) and by `<dev>/inflight` sampled
-/// every 0.5 ms.
+/// by the root's counters (0 unthrottled), and what `<dev>/inflight`
+/// sampled every 0.5 ms showed.
 fn inflight(
     data: &Arc<UringFile>,
     plan: &Plan,
     dev: Option<&Path>,
     readers: Readers,
-) -> Result<(u64, Option<u64>), String> {
+) -> Result<(u64, DeviceInflight), String> {
     let s = tree(vec![
         WorkloadSpec::new("disk").max_io_requests(INFLIGHT_LIMIT),
         WorkloadSpec::new("reads").parent("disk"),
@@ -452,17 +461,25 @@ fn inflight(
     let Ran { side: sysfs, .. } = run_groups(Job::Read, data, &[], &groups, || {
         std::thread::sleep(plan.warm);
         let end = Instant::now() + plan.window.min(Duration::from_secs(2));
-        let mut peak = None;
+        let (mut peak, mut samples, mut over) = (None, 0u64, 0u64);
         while let Some(dev) = dev
             && Instant::now() < end
         {
-            peak = peak.max(sysfs_inflight(dev));
+            let n = sysfs_inflight(dev);
+            peak = peak.max(n);
+            if let Some(n) = n {
+                samples += 1;
+                over += u64::from(n > INFLIGHT_LIMIT);
+            }
             std::thread::sleep(Duration::from_micros(500));
         }
         if dev.is_none() {
             std::thread::sleep(end.saturating_duration_since(Instant::now()));
         }
-        Ok(peak)
+        Ok(DeviceInflight {
+            peak,
+            over_pct: (samples > 0).then(|| 100.0 * over as f64 / samples as f64),
+        })
     })?;
     let ours = s
         .counters_of("disk")
@@ -578,27 +595,48 @@ fn wait_round(data: &Arc<UringFile>, plan: &Plan, k: &mut Keys) {
 /// peak with none of our readers (the other processes' IO).
 fn inflight_round(data: &Arc<UringFile>, dev: &Result<PathBuf, String>, plan: &Plan, k: &mut Keys) {
     let dev_path = dev.as_ref().ok().map(PathBuf::as_path);
-    let sampled = |sysfs: Option<u64>| match (sysfs, dev) {
-        (Some(n), _) => Ok(n as f64),
+    let sampled = |sysfs: Option<f64>| match (sysfs, dev) {
+        (Some(n), _) => Ok(n),
         (None, Err(e)) => Err(e.clone()),
         (None, Ok(p)) => Err(format!("no sample of {}/inflight was read", p.display())),
     };
     match inflight(data, plan, dev_path, Readers::Limited) {
         Ok((ours, sysfs)) => {
             k.add("wl_inflight_max", Ok(ours as f64));
-            k.add("wl_inflight_max_sysfs", sampled(sysfs));
+            k.add(
+                "wl_inflight_max_sysfs",
+                sampled(sysfs.peak.map(|n| n as f64)),
+            );
+            k.add("wl_inflight_sysfs_over_pct", sampled(sysfs.over_pct));
         }
         Err(e) => {
             k.add("wl_inflight_max", Err(e.clone()));
-            k.add("wl_inflight_max_sysfs", Err(e));
+            k.add("wl_inflight_max_sysfs", Err(e.clone()));
+            k.add("wl_inflight_sysfs_over_pct", Err(e));
         }
     }
-    for (readers, key) in [
-        (Readers::Unlimited, "wl_inflight_max_sysfs_unlimited"),
-        (Readers::None, "wl_inflight_max_sysfs_idle"),
+    for (readers, peak_key, over_key) in [
+        (
+            Readers::Unlimited,
+            "wl_inflight_max_sysfs_unlimited",
+            "wl_inflight_sysfs_over_pct_unlimited",
+        ),
+        (
+            Readers::None,
+            "wl_inflight_max_sysfs_idle",
+            "wl_inflight_sysfs_over_pct_idle",
+        ),
     ] {
-        let peak = inflight(data, plan, dev_path, readers).and_then(|(_, sysfs)| sampled(sysfs));
-        k.add(key, peak);
+        match inflight(data, plan, dev_path, readers) {
+            Ok((_, sysfs)) => {
+                k.add(peak_key, sampled(sysfs.peak.map(|n| n as f64)));
+                k.add(over_key, sampled(sysfs.over_pct));
+            }
+            Err(e) => {
+                k.add(peak_key, Err(e.clone()));
+                k.add(over_key, Err(e));
+            }
+        }
     }
 }
 

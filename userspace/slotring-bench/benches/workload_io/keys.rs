@@ -50,7 +50,7 @@ impl Keys {
 }
 
 /// Every key the rounds measure.
-pub(crate) const KEYS: [&str; 15] = [
+pub(crate) const KEYS: [&str; 18] = [
     "wl_user_wait_p99_ms",
     "wl_user_wait_p99_ms_fifo",
     "wl_user_wait_p99_ms_rocksdb",
@@ -64,6 +64,9 @@ pub(crate) const KEYS: [&str; 15] = [
     "wl_inflight_max_sysfs",
     "wl_inflight_max_sysfs_unlimited",
     "wl_inflight_max_sysfs_idle",
+    "wl_inflight_sysfs_over_pct",
+    "wl_inflight_sysfs_over_pct_unlimited",
+    "wl_inflight_sysfs_over_pct_idle",
     "wl_write_share_pct",
     "wl_write_share_pct_fifo",
 ];
@@ -130,7 +133,22 @@ pub(crate) fn put_keys(r: &mut Report, k: &mut Keys) {
     r.put(
         "wl_inflight_max_sysfs",
         k.value("wl_inflight_max_sysfs", true),
-        "the same case's peak of the device's reads in flight (sysfs, 0.5 ms samples; counts every process's reads); goal <= wl_inflight_limit",
+        "the same case's peak of the device's reads in flight (sysfs, 0.5 ms samples; counts every process's reads, and a read the kernel splits in two counts twice)",
+    );
+    r.put(
+        "wl_inflight_sysfs_over_pct",
+        k.value("wl_inflight_sysfs_over_pct", true),
+        "of those samples, % with more reads in flight at the device than wl_inflight_limit; goal <= 1",
+    );
+    r.put(
+        "wl_inflight_sysfs_over_pct_unlimited",
+        k.value("wl_inflight_sysfs_over_pct_unlimited", false),
+        "the same for the 16 readers unthrottled",
+    );
+    r.put(
+        "wl_inflight_sysfs_over_pct_idle",
+        k.value("wl_inflight_sysfs_over_pct_idle", true),
+        "the same with none of our readers",
     );
     r.put(
         "wl_inflight_max_sysfs_unlimited",
