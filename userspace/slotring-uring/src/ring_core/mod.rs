@@ -528,7 +528,7 @@ impl RingCore {
 
     /// Bytes of the remaining range that lie before EOF (refreshing the size
     /// hint when the range crosses it); for a paced write, its next piece.
-    pub(super) fn chargeable(&mut self, id: SlotId) -> u64 {
+    fn chargeable(&mut self, id: SlotId) -> u64 {
         let (file, pos, rem, op) = {
             let r = self.req(id);
             (
