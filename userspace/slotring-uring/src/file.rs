@@ -117,6 +117,19 @@ impl UringFile {
             .store(size.unwrap_or(SIZE_UNBOUNDED), Ordering::Relaxed);
     }
 
+    /// Of the `len` bytes at `pos`, those before EOF, asking `sys` for the
+    /// size when the range crosses the known one. Only a file with a size
+    /// (regular, block device) has an EOF to trim at; for the rest the hint
+    /// is [`SIZE_UNBOUNDED`] and nothing is trimmed.
+    pub(crate) fn before_eof(&self, sys: &mut dyn Syscalls, pos: u64, len: u64) -> u64 {
+        if pos.saturating_add(len) > self.size_hint()
+            && let Ok(size) = sys.file_size(self.fd())
+        {
+            self.note_size(size);
+        }
+        len.min(self.size_hint().saturating_sub(pos))
+    }
+
     pub(crate) fn grow_to(&self, end: u64) {
         self.size_hint.fetch_max(end, Ordering::Relaxed);
     }

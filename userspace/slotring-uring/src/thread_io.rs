@@ -175,12 +175,7 @@ impl ThreadIo<'_> {
                 self.counters.cachestat_checks += 1;
                 // Only the bytes before EOF can be cached: `cachestat`
                 // counts no page past it.
-                if offset.saturating_add(len as u64) > file.size_hint()
-                    && let Ok(size) = self.sys.file_size(fd)
-                {
-                    file.note_size(size);
-                }
-                let span = (len as u64).min(file.size_hint().saturating_sub(offset));
+                let span = file.before_eof(self.sys, offset, len as u64);
                 let stat = self.sys.cachestat(fd, offset, span);
                 match policy::cachestat_charge(stat, offset, span) {
                     Charge::PageCache => Served::Memory,

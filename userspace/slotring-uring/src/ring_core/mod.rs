@@ -544,14 +544,7 @@ impl RingCore {
             }
             return rem;
         }
-        // Only a file with a size (regular, block device) has an EOF to trim
-        // at; for the rest the hint is `SIZE_UNBOUNDED` and nothing is trimmed.
-        if pos.saturating_add(rem) > file.size_hint()
-            && let Ok(sz) = self.ring.sys().file_size(file.fd())
-        {
-            file.note_size(sz);
-        }
-        rem.min(file.size_hint().saturating_sub(pos))
+        file.before_eof(self.ring.sys(), pos, rem)
     }
 
     /// Charge the remaining bytes as device IO (booked `after_ns` from now)
