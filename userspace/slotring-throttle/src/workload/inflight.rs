@@ -22,9 +22,10 @@
 //!
 //! # Memory ordering
 //!
-//! The counts are `SeqCst`, paired with the node's `queued` count (also
-//! `SeqCst`): a request that queues increments `queued`, then reads the
-//! counts; a completion decrements a count, then reads `queued`. In any
+//! The counts are `SeqCst`, paired with the node's `queued` count (its
+//! increments and reads also `SeqCst`): a request that queues increments
+//! `queued`, then reads the counts; a completion decrements a count, then
+//! reads `queued`. In any
 //! interleaving one of them sees the other (Dekker), so either the queuing
 //! request finds the room, or the completion finds the queue and takes the
 //! scheduler's lock to hand the room on: no wake-up is lost.

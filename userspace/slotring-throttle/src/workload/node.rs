@@ -29,8 +29,9 @@ use crate::sync::{AtomicBool, AtomicU64, Ordering};
 #[derive(Debug)]
 #[repr(C, align(128))]
 pub(crate) struct NodeShared {
-    /// Requests queued in this node's subtree (`SeqCst`: see the
-    /// `inflight` module's memory ordering).
+    /// Requests queued in this node's subtree, written only under the
+    /// scheduler's lock: incremented `SeqCst` (see the `inflight` module's
+    /// memory ordering), decremented by [`NodeShared::dequeued`].
     pub(crate) queued: AtomicU64,
     /// Set by the live change that removes the workload.
     pub(crate) removed: AtomicBool,
@@ -133,6 +134,18 @@ impl NodeShared {
             .map_err(|e| cap_error(&spec.name, e, burst))?;
         self.inflight.set_limits(l.max_reqs, l.max_bytes);
         Ok(())
+    }
+
+    /// One request fewer queued in the subtree: a dispatch or a
+    /// cancellation, under the scheduler's lock, `queued`'s only writer.
+    /// A load and a store, not a read-modify-write: only an increment pairs
+    /// with a completion (the `inflight` module's memory ordering), and a
+    /// decrement another thread sees late costs it at most a trip through
+    /// the lock (a request that takes the locked path, a completion that
+    /// finds nothing queued behind it).
+    pub(crate) fn dequeued(&self) {
+        let q = self.queued.load(Ordering::Relaxed);
+        self.queued.store(q - 1, Ordering::Release);
     }
 
     pub(crate) fn index(&self) -> usize {

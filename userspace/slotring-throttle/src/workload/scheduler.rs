@@ -35,7 +35,10 @@
 //! (see the `inflight` module): a queuing request publishes its count before
 //! it reads the limits, a completion gives its place back before it reads the
 //! count, so one of them always sees the other and no wake-up is lost.
-//! Everything else the order depends on is under the mutex.
+//! A dispatch or a cancellation lowers a `queued` count by a plain store
+//! under the mutex (its only writer): seen late, it costs one trip through
+//! the lock, never a lost wake-up. Everything else the order depends on is
+//! under the mutex.
 
 mod permit;
 mod request;
@@ -504,7 +507,7 @@ impl Workload {
         }))
     }
 
-    fn permit(&self, booked: Booked, delay_ns: u64, waited: bool) -> Permit<'static> {
+    fn permit(self, booked: Booked, delay_ns: u64, waited: bool) -> Permit<'static> {
         Permit {
             delay_ns,
             waited,
@@ -512,7 +515,7 @@ impl Workload {
                 Hold::Nothing
             } else {
                 Hold::Owned {
-                    workload: self.clone(),
+                    workload: self,
                     places: booked.places,
                     cost: booked.cost,
                 }
@@ -553,7 +556,7 @@ impl Workload {
     /// without blocking.
     pub fn request(&self, cost: u64) -> Request {
         Request {
-            workload: self.clone(),
+            workload: Some(self.clone()),
             cost,
             state: RequestState::Idle,
             retry_in_ns: None,

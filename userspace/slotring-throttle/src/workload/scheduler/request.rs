@@ -21,7 +21,10 @@ pub(super) enum RequestState {
 /// not yet picked up, its charges and in-flight places are given back).
 #[derive(Debug)]
 pub struct Request {
-    pub(super) workload: Workload,
+    /// Its workload, until it is ready: the permit (or nothing) takes it
+    /// then, so a request moves its handle on instead of counting one
+    /// more reference.
+    pub(super) workload: Option<Workload>,
     pub(super) cost: u64,
     pub(super) state: RequestState,
     pub(super) retry_in_ns: Option<u64>,
@@ -33,7 +36,7 @@ impl Request {
     pub fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Result<Permit<'static>, WorkloadError>> {
         self.retry_in_ns = None;
         if self.state == RequestState::Idle {
-            let wl = &self.workload;
+            let wl = self.workload();
             if let Err(e) = wl.check() {
                 self.state = RequestState::Done;
                 return Poll::Ready(Err(e));
@@ -41,6 +44,10 @@ impl Request {
             match wl.fast(self.cost) {
                 Ok(Some(b)) => {
                     self.state = RequestState::Done;
+                    let wl = self
+                        .workload
+                        .take()
+                        .expect("a request's handle until ready");
                     return Poll::Ready(Ok(wl.permit(b, b.delay_ns, false)));
                 }
                 Ok(None) => {}
@@ -50,7 +57,10 @@ impl Request {
                 }
             }
         }
-        let wl = &self.workload;
+        let wl = self
+            .workload
+            .as_ref()
+            .expect("a workload request polled after it was ready");
         let sched = &wl.inner.sched;
         let (mut st, mut wake, id, now) = match self.state {
             RequestState::Done => panic!("a workload request polled after it was ready"),
@@ -100,7 +110,21 @@ impl Request {
         );
         drop(st);
         wake.wake();
-        r
+        r.map(|r| {
+            r.map(|(booked, delay_ns)| {
+                let wl = self
+                    .workload
+                    .take()
+                    .expect("a request's handle until ready");
+                wl.permit(booked, delay_ns, true)
+            })
+        })
+    }
+
+    fn workload(&self) -> &Workload {
+        self.workload
+            .as_ref()
+            .expect("a workload request polled after it was ready")
     }
 
     /// After a `Pending` poll: whether this request times the caps' debts,
@@ -133,7 +157,7 @@ fn settle(
     now: Option<u64>,
     cx: &mut Context<'_>,
     wake: &mut Wakes,
-) -> Poll<Result<Permit<'static>, WorkloadError>> {
+) -> Poll<Result<(Booked, u64), WorkloadError>> {
     let now = || now.unwrap_or_else(|| wl.inner.sched.now());
     match st.slots.get_mut(id) {
         Some(Slot::Queued { waker, .. }) => {
@@ -162,7 +186,7 @@ fn settle(
                         0 => 0,
                         d => at.saturating_add(d).saturating_sub(now()),
                     };
-                    Poll::Ready(Ok(wl.permit(booked, left, true)))
+                    Poll::Ready(Ok((booked, left)))
                 }
                 Slot::Failed(e) => Poll::Ready(Err(*e)),
                 Slot::Queued { .. } => unreachable!("matched above"),
@@ -176,7 +200,11 @@ impl Drop for Request {
         let RequestState::Queued(id) = self.state else {
             return;
         };
-        let inner = &self.workload.inner;
+        let inner = &self
+            .workload
+            .as_ref()
+            .expect("a queued request keeps its handle")
+            .inner;
         let sched = &inner.sched;
         let mut wake = Wakes::default();
         {
