@@ -242,6 +242,18 @@ const WORKLOAD: &[KeyGoal] = &[
         "the background's 1 ms tasks from acquire to done, p99 ms: the kernel's stretch of CPU-bound work on this machine",
     ),
     info(
+        "wl_push_pop_ns_10",
+        "the same loop over 10 leaves, their state in the cache: the scheduler's own work, ns",
+    ),
+    info(
+        "mem_cold_line_ns",
+        "the machine's cost of one cache line not in the core's caches (a dependent-load chase over 64 MiB), ns: what reaching each of 10,000 leaves' state costs",
+    ),
+    info(
+        "wl_push_pop_cold_lines_10k",
+        "what 10,000 leaves add to 10, in cold-line loads: (wl_push_pop_ns_10k - wl_push_pop_ns_10) / mem_cold_line_ns",
+    ),
+    info(
         "wl_push_pop_ns_10k_bench_overhead",
         "of wl_push_pop_ns_10k, the bench's own loop with no scheduler, ns",
     ),

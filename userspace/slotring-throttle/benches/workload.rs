@@ -13,7 +13,15 @@
 //!   `wl_push_pop_ns_10k_bench_overhead` is the same loop with the
 //!   scheduler replaced by nothing: the bench's own share (its waker `Arc`
 //!   allocated per request, its `Mutex` sink, its slab of requests), which
-//!   `wl_push_pop_ns_10k` includes.
+//!   `wl_push_pop_ns_10k` includes. `wl_push_pop_ns_10` is the same loop
+//!   over 10 leaves, whose state stays in the cache: the scheduler's own
+//!   work, apart from the cost of reaching 10,000 leaves' state.
+//! * `mem_cold_line_ns`: the machine's floor for that cost, a load of one
+//!   cache line that is not in the core's caches (a chase of dependent loads
+//!   through a random cycle over 64 MiB, as lmbench's `lat_mem_rd` does). A
+//!   round over 10,000 leaves reaches each one's state cold;
+//!   `wl_push_pop_cold_lines_10k` is what 10,000 leaves add to 10, in such
+//!   loads.
 //! * `wl_grant_release_ns` / `tokio_semaphore_ns`: a CPU slot taken and
 //!   given back by 2 threads at once, nothing queued (a tree with
 //!   `max_concurrent_threads` at the root and the leaf), beside
@@ -140,6 +148,40 @@ fn push_pop_overhead_ns(leaves: usize, iters: usize) -> f64 {
     median(&mut samples)
 }
 
+/// `mem_cold_line_ns`: ns per load, each load's address the value the
+/// previous one read, through one random cycle over `bytes` (one `usize`
+/// per 64-byte line), median of 5 rounds.
+fn cold_line_ns(bytes: usize) -> f64 {
+    const LINE: usize = 64 / std::mem::size_of::<usize>();
+    let lines = bytes / 64;
+    // A random cyclic order of the lines (Sattolo's shuffle, a fixed
+    // xorshift seed): every line is visited once per cycle.
+    let mut order: Vec<usize> = (0..lines).collect();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for i in (1..lines).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % i as u64) as usize);
+    }
+    let mut next = vec![0usize; lines * LINE];
+    for k in 0..lines {
+        next[order[k] * LINE] = order[(k + 1) % lines] * LINE;
+    }
+    let loads = 2_000_000;
+    let mut at = 0;
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        for _ in 0..loads {
+            at = next[at];
+        }
+        samples.push(start.elapsed().as_nanos() as f64 / loads as f64);
+    }
+    std::hint::black_box(at);
+    median(&mut samples)
+}
+
 fn grant_release_ns(leaf_limit: bool) -> f64 {
     let leaf = WorkloadSpec::new("q").parent("all");
     let cpu = WorkloadScheduler::new(
@@ -239,6 +281,23 @@ fn main() {
         "one push and one dispatch (completion, hand-over, pick-up), 10,000 queued leaves; goal <= 500",
     );
 
+    let pp10 = push_pop_ns(10, 20_000);
+    r.put(
+        "wl_push_pop_ns_10",
+        pp10,
+        "the same over 10 leaves, their state in the cache: the scheduler's own work",
+    );
+    let cold = cold_line_ns(64 << 20);
+    r.put(
+        "mem_cold_line_ns",
+        cold,
+        "one dependent load of a line not in the core's caches (random cycle over 64 MiB), ns",
+    );
+    r.put(
+        "wl_push_pop_cold_lines_10k",
+        (pp - pp10) / cold,
+        "(wl_push_pop_ns_10k - wl_push_pop_ns_10) / mem_cold_line_ns: cold lines per push and dispatch",
+    );
     r.put(
         "wl_push_pop_ns_10k_bench_overhead",
         push_pop_overhead_ns(10_000, 20_000),
