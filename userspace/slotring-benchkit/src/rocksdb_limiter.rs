@@ -193,10 +193,29 @@ struct State {
     cvs: Vec<(u64, Arc<Condvar>)>,
 }
 
+/// The limiter's clock: the real monotonic one, or one a test moves.
+type Clock = Box<dyn Fn() -> Instant + Send + Sync>;
+
 /// The blocking limiter: `GenericRateLimiter::Request`.
-#[derive(Debug)]
+///
+/// Duty protocol (RocksDB's): of the queued threads, one waits for the next
+/// refill time with a timeout (`waiting_for_refill`); the rest wait to be
+/// signalled. Whoever holds the lock past the refill time refills. Every
+/// thread that leaves granted first signals the front of the highest
+/// non-empty queue, so that some queued thread is awake to take the duty:
+/// without it, a timed waiter granted by another thread's refill leaves
+/// while every other queued thread waits for a signal that never comes.
 pub struct RocksDbRateLimiter {
     state: Mutex<State>,
+    now: Clock,
+}
+
+impl std::fmt::Debug for RocksDbRateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocksDbRateLimiter")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
@@ -211,16 +230,27 @@ impl RocksDbRateLimiter {
 
     /// Every parameter, and the draws' seed (RocksDB seeds with the time).
     pub fn with(rate: i64, refill_period: Duration, fairness: u32, seed: u32) -> Self {
+        Self::with_clock(rate, refill_period, fairness, seed, Box::new(Instant::now))
+    }
+
+    fn with_clock(
+        rate: i64,
+        refill_period: Duration,
+        fairness: u32,
+        seed: u32,
+        now: Clock,
+    ) -> Self {
         Self {
             state: Mutex::new(State {
                 core: RocksDbCore::new(rate, refill_period, fairness, seed),
-                next_refill: Instant::now(),
+                next_refill: now(),
                 refill_period,
                 waiting_for_refill: false,
                 next_id: 0,
                 granted: Vec::new(),
                 cvs: Vec::new(),
             }),
+            now,
         }
     }
 
@@ -236,7 +266,7 @@ impl RocksDbRateLimiter {
         let cv = Arc::new(Condvar::new());
         st.cvs.push((id, cv.clone()));
         loop {
-            let now = Instant::now();
+            let now = (self.now)();
             if st.next_refill > now {
                 if st.waiting_for_refill {
                     st = cv.wait(st).unwrap_or_else(PoisonError::into_inner);
@@ -250,7 +280,7 @@ impl RocksDbRateLimiter {
                     st.waiting_for_refill = false;
                 }
             } else {
-                st.next_refill = Instant::now() + st.refill_period;
+                st.next_refill = now + st.refill_period;
                 let granted = st.core.refill_and_grant();
                 for g in &granted {
                     if let Some((_, c)) = st.cvs.iter().find(|(i, _)| i == g) {
@@ -258,18 +288,17 @@ impl RocksDbRateLimiter {
                     }
                 }
                 st.granted.extend(granted);
-                if st.granted.contains(&id) {
-                    // Someone must be awake for the next duty.
-                    if let Some(front) = st.core.highest_front()
-                        && let Some((_, c)) = st.cvs.iter().find(|(i, _)| *i == front)
-                    {
-                        c.notify_one();
-                    }
-                }
             }
             if let Some(pos) = st.granted.iter().position(|&g| g == id) {
                 st.granted.swap_remove(pos);
                 st.cvs.retain(|(i, _)| *i != id);
+                // Leaving: someone must be awake for the next duty, whichever
+                // branch granted this request (the protocol above).
+                if let Some(front) = st.core.highest_front()
+                    && let Some((_, c)) = st.cvs.iter().find(|(i, _)| *i == front)
+                {
+                    c.notify_one();
+                }
                 return;
             }
         }
@@ -278,6 +307,11 @@ impl RocksDbRateLimiter {
     /// Bytes granted per priority, `Low` first.
     pub fn through(&self) -> [i64; 4] {
         lock(&self.state).core.through
+    }
+
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        lock(&self.state).core.queued()
     }
 }
 
@@ -336,6 +370,19 @@ mod tests {
         assert_eq!(c.through, [600_000, 0, 0, 900_000]);
     }
 
+    /// Runs `f` on a thread; its result, or `None` when it has not
+    /// returned within `limit` (the thread is left blocked).
+    fn within<T: Send + 'static>(
+        limit: Duration,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit).ok()
+    }
+
     #[test]
     fn the_blocking_limiter_grants_every_request() {
         let l = Arc::new(RocksDbRateLimiter::with(
@@ -344,20 +391,74 @@ mod tests {
             10,
             1,
         ));
-        let hs: Vec<_> = [IoPriority::Low, IoPriority::User, IoPriority::High]
-            .into_iter()
-            .map(|p| {
-                let l = l.clone();
-                std::thread::spawn(move || {
-                    for _ in 0..20 {
-                        l.request(64 << 10, p);
-                    }
+        let l2 = l.clone();
+        let done = within(Duration::from_secs(60), move || {
+            let hs: Vec<_> = [IoPriority::Low, IoPriority::User, IoPriority::High]
+                .into_iter()
+                .map(|p| {
+                    let l = l2.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..20 {
+                            l.request(64 << 10, p);
+                        }
+                    })
                 })
-            })
-            .collect();
-        for h in hs {
-            h.join().unwrap();
-        }
+                .collect();
+            for h in hs {
+                h.join().unwrap();
+            }
+        });
+        assert!(done.is_some(), "60 requests not granted in 60 s: {l:?}");
         assert_eq!(l.through(), [20 << 16, 0, 20 << 16, 20 << 16]);
+    }
+
+    #[test]
+    fn a_timed_waiter_granted_by_another_refill_hands_on_the_duty() {
+        // The interleaving that hung CI: A waits for the refill time; D
+        // arrives after it, refills, grants A's request but not its own, and
+        // waits to be signalled because A holds the duty. A leaves granted;
+        // unless it signals D, no thread waits for the next refill time.
+        let period = Duration::from_millis(200);
+        let base = Instant::now();
+        let offset = Arc::new(Mutex::new(Duration::ZERO));
+        let o = offset.clone();
+        let clock: Clock = Box::new(move || base + *o.lock().unwrap());
+        let refill = (10 << 20) / 5; // 10 MiB/s · 200 ms
+        let l = Arc::new(RocksDbRateLimiter::with_clock(
+            10 << 20,
+            period,
+            10,
+            1,
+            clock,
+        ));
+        // The first refill is due at once; it drains the bucket.
+        l.request(refill, IoPriority::Low);
+        let a = {
+            let l = l.clone();
+            std::thread::spawn(move || l.request(refill, IoPriority::Low))
+        };
+        // A queued, so it waits: its timeout is a real 200 ms, renewed while
+        // the test's clock stands still.
+        while l.queued() == 0 {
+            std::thread::yield_now();
+        }
+        *offset.lock().unwrap() = period;
+        let (tx, d) = std::sync::mpsc::channel();
+        {
+            let (l, offset) = (l.clone(), offset.clone());
+            std::thread::spawn(move || {
+                l.request(refill, IoPriority::Low);
+                let _ = tx.send(*offset.lock().unwrap());
+            });
+        }
+        a.join().unwrap();
+        // A was granted by D's refill, D by none yet: D's turn comes one
+        // period later.
+        *offset.lock().unwrap() = 2 * period;
+        let d = d
+            .recv_timeout(Duration::from_secs(5))
+            .expect("D left queued with no thread on refill duty");
+        assert_eq!(d, 2 * period, "D is granted by the second refill");
+        assert_eq!(l.through(), [3 * refill, 0, 0, 0]);
     }
 }
