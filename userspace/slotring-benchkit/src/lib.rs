@@ -88,6 +88,43 @@ pub fn ns_per_iter_threads(
     median(&mut samples)
 }
 
+/// Two figures measured in alternate rounds, so that a ratio of them sees
+/// the same host on both sides.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Paired {
+    /// Median of `a`'s rounds.
+    pub a: f64,
+    /// Median of `b`'s rounds.
+    pub b: f64,
+    /// Median over rounds of that round's `b / a`: a ratio of two medians
+    /// taken minutes apart would carry the host's drift in between.
+    pub ratio: f64,
+}
+
+/// `rounds` rounds of `a` and of `b`, each call one round's figure: `a`
+/// first in even rounds, `b` first in odd ones, so that a host that slows
+/// down or speeds up within a round falls on each side equally.
+pub fn paired(rounds: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> Paired {
+    let (mut xs, mut ys, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let (x, y) = if round % 2 == 0 {
+            let x = a();
+            (x, b())
+        } else {
+            let y = b();
+            (a(), y)
+        };
+        xs.push(x);
+        ys.push(y);
+        ratios.push(y / x);
+    }
+    Paired {
+        a: median(&mut xs),
+        b: median(&mut ys),
+        ratio: median(&mut ratios),
+    }
+}
+
 /// Overshoot in µs of each of `n` waits of `deficit_ns` from their start:
 /// `now_ns` reads the clock the waits are on, `wait_until` waits until its
 /// absolute deadline on it.
@@ -336,6 +373,34 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paired_rounds_alternate_and_the_ratio_is_per_round() {
+        let order = std::cell::RefCell::new(Vec::new());
+        let (mut a, mut b) = ([1.0, 2.0, 4.0].into_iter(), [3.0, 2.0, 4.0].into_iter());
+        let p = paired(
+            3,
+            || {
+                order.borrow_mut().push('a');
+                a.next().unwrap()
+            },
+            || {
+                order.borrow_mut().push('b');
+                b.next().unwrap()
+            },
+        );
+        assert_eq!(order.into_inner(), ['a', 'b', 'b', 'a', 'a', 'b']);
+        // Rounds' ratios 3, 1, 1: their median is 1, where the medians'
+        // ratio (3 / 2) would be 1.5.
+        assert_eq!(
+            p,
+            Paired {
+                a: 2.0,
+                b: 3.0,
+                ratio: 1.0
+            }
+        );
+    }
 
     #[test]
     fn overshoots_are_measured_from_each_deadline() {

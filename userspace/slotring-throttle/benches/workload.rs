@@ -6,6 +6,9 @@
 //!   three-level path (`all` capped → `customer` → `query`) and of a flat
 //!   one (`all` capped → `query`); `wl_charge_ns_3level_3caps` caps every
 //!   level; `throttler_charge_ns` is today's flat `Throttler::reserve`.
+//!   The flat and three-level charges run in alternate rounds, and their
+//!   goal's ratio is the median of the rounds' ratios (`paired`), so that
+//!   both sides of it see the same host.
 //! * `wl_push_pop_ns_10k`: one request queued and one dispatched, with
 //!   10,000 leaves under one fair level, each holding a queued request: the
 //!   root's in-flight limit of 1 makes every request queue, and each
@@ -29,13 +32,14 @@
 //!   `wl_grant_release_ns_1level` limits the root only (one limit taken and
 //!   given back, as one semaphore); `tokio_semaphore_ns_2` takes and gives
 //!   back two semaphores (two limits on two lines, as the root and leaf
-//!   limits are).
+//!   limits are). The tree and tokio's semaphore run in alternate rounds,
+//!   as the charges do.
 
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use slotring_benchkit::{Report, median, ns_per_iter_threads};
+use slotring_benchkit::{Report, median, ns_per_iter_threads, paired};
 use slotring_throttle::{
     Resource, Source, Throttle, Throttler, WorkloadScheduler, WorkloadSpec, WorkloadTree,
 };
@@ -43,13 +47,25 @@ use slotring_throttle::{
 const FAST: u64 = 1 << 44;
 const AMOUNT: u64 = 4096;
 
-fn charge_ns(tree: Vec<WorkloadSpec>, leaf: &str) -> f64 {
+/// Rounds of the two-thread micro-measurements: 7, or 7 pairs.
+const ROUNDS: usize = 7;
+
+/// One round of the no-wait charge on `leaf` of `tree`, per call.
+fn charge_round(tree: Vec<WorkloadSpec>, leaf: &str) -> impl FnMut() -> f64 {
     let s = WorkloadScheduler::new(&WorkloadTree::new(tree).unwrap(), Resource::Io).unwrap();
     let q = s.workload(leaf).unwrap();
-    ns_per_iter_threads(7, 2, 500_000, |_| {
-        let p = q.try_acquire(AMOUNT).unwrap().expect("never in debt");
-        std::hint::black_box(&p);
-    })
+    move || {
+        ns_per_iter_threads(1, 2, 500_000, |_| {
+            let p = q.try_acquire(AMOUNT).unwrap().expect("never in debt");
+            std::hint::black_box(&p);
+        })
+    }
+}
+
+fn charge_ns(tree: Vec<WorkloadSpec>, leaf: &str) -> f64 {
+    let mut round = charge_round(tree, leaf);
+    let mut samples: Vec<f64> = (0..ROUNDS).map(|_| round()).collect();
+    median(&mut samples)
 }
 
 /// Pushes the id of the request it belongs to.
@@ -182,7 +198,8 @@ fn cold_line_ns(bytes: usize) -> f64 {
     median(&mut samples)
 }
 
-fn grant_release_ns(leaf_limit: bool) -> f64 {
+/// One round of a CPU slot taken and given back, per call.
+fn grant_release_round(leaf_limit: bool) -> impl FnMut() -> f64 {
     let leaf = WorkloadSpec::new("q").parent("all");
     let cpu = WorkloadScheduler::new(
         &WorkloadTree::new(vec![
@@ -198,28 +215,34 @@ fn grant_release_ns(leaf_limit: bool) -> f64 {
     )
     .unwrap();
     let q = cpu.workload("q").unwrap();
-    ns_per_iter_threads(7, 2, 500_000, |_| {
-        let p = q.try_acquire(1).unwrap().expect("a slot");
-        std::hint::black_box(&p);
-    })
+    move || {
+        ns_per_iter_threads(1, 2, 500_000, |_| {
+            let p = q.try_acquire(1).unwrap().expect("a slot");
+            std::hint::black_box(&p);
+        })
+    }
 }
 
 fn main() {
     let mut r = Report::new("workload");
-    let flat = charge_ns(
-        vec![
-            WorkloadSpec::new("all").max_bytes_per_second(FAST),
-            WorkloadSpec::new("query").parent("all"),
-        ],
-        "query",
-    );
-    let three = charge_ns(
-        vec![
-            WorkloadSpec::new("all").max_bytes_per_second(FAST),
-            WorkloadSpec::new("customer").parent("all"),
-            WorkloadSpec::new("query").parent("customer"),
-        ],
-        "query",
+    // The goal is a ratio: flat and three-level in alternate rounds.
+    let charge = paired(
+        ROUNDS,
+        charge_round(
+            vec![
+                WorkloadSpec::new("all").max_bytes_per_second(FAST),
+                WorkloadSpec::new("query").parent("all"),
+            ],
+            "query",
+        ),
+        charge_round(
+            vec![
+                WorkloadSpec::new("all").max_bytes_per_second(FAST),
+                WorkloadSpec::new("customer").parent("all"),
+                WorkloadSpec::new("query").parent("customer"),
+            ],
+            "query",
+        ),
     );
     let three_caps = charge_ns(
         vec![
@@ -242,7 +265,7 @@ fn main() {
         "query",
     );
     let t = Throttler::new(FAST).unwrap();
-    let throttler = ns_per_iter_threads(7, 2, 500_000, |_| {
+    let throttler = ns_per_iter_threads(ROUNDS, 2, 500_000, |_| {
         std::hint::black_box(
             t.reserve(AMOUNT, Duration::ZERO, 0, Source::Device)
                 .unwrap(),
@@ -250,7 +273,7 @@ fn main() {
     });
     r.put(
         "wl_charge_ns_3level",
-        three,
+        charge.b,
         "no-wait permit, 2 threads, a leaf two levels under the capped root",
     );
     r.put(
@@ -260,10 +283,14 @@ fn main() {
     );
     r.put(
         "wl_charge_ns_flat",
-        flat,
+        charge.a,
         "no-wait permit, 2 threads, one leaf under one capped root",
     );
-    r.put("wl_charge_ratio_3level_flat", three / flat, "goal <= 1.5");
+    r.put(
+        "wl_charge_ratio_3level_flat",
+        charge.ratio,
+        "median of the paired rounds' wl_charge_ns_3level / wl_charge_ns_flat; goal <= 1.5",
+    );
     r.put(
         "wl_charge_ns_3level_bare",
         bare,
@@ -304,33 +331,43 @@ fn main() {
         "the same loop without the scheduler: the bench's own share of wl_push_pop_ns_10k",
     );
 
-    let grant = grant_release_ns(true);
-    let grant_1level = grant_release_ns(false);
     let sem = tokio::sync::Semaphore::new(1 << 20);
-    let tokio_ns = ns_per_iter_threads(7, 2, 500_000, |_| {
-        let p = sem.try_acquire().expect("a permit");
-        std::hint::black_box(&p);
-    });
+    // The goal is a ratio: tokio's semaphore and the tree in alternate rounds.
+    let grant = paired(
+        ROUNDS,
+        || {
+            ns_per_iter_threads(1, 2, 500_000, |_| {
+                let p = sem.try_acquire().expect("a permit");
+                std::hint::black_box(&p);
+            })
+        },
+        grant_release_round(true),
+    );
+    let grant_1level = {
+        let mut round = grant_release_round(false);
+        let mut samples: Vec<f64> = (0..ROUNDS).map(|_| round()).collect();
+        median(&mut samples)
+    };
     let sem2 = tokio::sync::Semaphore::new(1 << 20);
-    let tokio_2 = ns_per_iter_threads(7, 2, 500_000, |_| {
+    let tokio_2 = ns_per_iter_threads(ROUNDS, 2, 500_000, |_| {
         let p = sem.try_acquire().expect("a permit");
         let p2 = sem2.try_acquire().expect("a permit");
         std::hint::black_box((&p, &p2));
     });
     r.put(
         "wl_grant_release_ns",
-        grant,
+        grant.b,
         "a CPU slot taken and given back, 2 threads, limits at root and leaf",
     );
     r.put(
         "tokio_semaphore_ns",
-        tokio_ns,
+        grant.a,
         "tokio Semaphore::try_acquire + drop, 2 threads",
     );
     r.put(
         "wl_grant_release_ratio_tokio",
-        grant / tokio_ns,
-        "wl_grant_release_ns / tokio_semaphore_ns; goal <= 1.5",
+        grant.ratio,
+        "median of the paired rounds' wl_grant_release_ns / tokio_semaphore_ns; goal <= 1.5",
     );
     r.put(
         "wl_grant_release_ns_1level",
