@@ -62,10 +62,14 @@ fn charge_round(tree: Vec<WorkloadSpec>, leaf: &str) -> impl FnMut() -> f64 {
     }
 }
 
-fn charge_ns(tree: Vec<WorkloadSpec>, leaf: &str) -> f64 {
-    let mut round = charge_round(tree, leaf);
+/// The median of [`ROUNDS`] calls of `round`.
+fn median_of_rounds(mut round: impl FnMut() -> f64) -> f64 {
     let mut samples: Vec<f64> = (0..ROUNDS).map(|_| round()).collect();
     median(&mut samples)
+}
+
+fn charge_ns(tree: Vec<WorkloadSpec>, leaf: &str) -> f64 {
+    median_of_rounds(charge_round(tree, leaf))
 }
 
 /// Pushes the id of the request it belongs to.
@@ -343,11 +347,7 @@ fn main() {
         },
         grant_release_round(true),
     );
-    let grant_1level = {
-        let mut round = grant_release_round(false);
-        let mut samples: Vec<f64> = (0..ROUNDS).map(|_| round()).collect();
-        median(&mut samples)
-    };
+    let grant_1level = median_of_rounds(grant_release_round(false));
     let sem2 = tokio::sync::Semaphore::new(1 << 20);
     let tokio_2 = ns_per_iter_threads(ROUNDS, 2, 500_000, |_| {
         let p = sem.try_acquire().expect("a permit");
